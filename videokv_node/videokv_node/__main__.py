@@ -1,0 +1,6 @@
+"""``python -m videokv_node --ros-args ...`` starts the ROS 2 node."""
+
+from videokv_node.ros.node import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""``full``: attend to everything held, retrieve nothing.
+
+The reference every other policy is tested against: while the stream fits in
+``memory.budget_tokens``, encoding and answering are exactly a plain forward
+over the whole sequence (tests/unit/test_engine_parity.py). Past the budget the
+oldest frame is evicted, so memory stays bounded; there is no offload tier,
+since a policy without retrieval could never read it back.
+"""
+
+from __future__ import annotations
+
+from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policy import MemoryPolicy, QuestionSelection
+
+
+class FullPolicy(MemoryPolicy):
+    name = "full"
+    uses_offload = False
+
+    def encoding_context(self, store: BlockStore) -> list[FrameBlock]:
+        return list(store.blocks(Tier.RESIDENT))
+
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock]) -> QuestionSelection:
+        return QuestionSelection(fixed=list(candidates))

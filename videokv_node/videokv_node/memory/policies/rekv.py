@@ -1,0 +1,38 @@
+"""``rekv``: the baseline of all seed papers (Di et al., ICLR 2025, "ReKV").
+
+- Encoding: sliding-window attention. Each new frame attends to the prompt sink
+  and the most recent frames that fit in ``memory.local_window_tokens``.
+- Storage: one KV block per frame. Blocks leave the device oldest first when
+  the resident budget is exceeded and go to the host arena (ReKV offloads to
+  CPU RAM); past the arena's cap the oldest offloaded block is evicted.
+- Question: per layer, the top ``memory.retrieve_frames`` blocks by the dot
+  product of the question's mean query with the block's mean key, plus the
+  recent frames (the local window among the candidates) always; in time order,
+  re-rotated to consecutive positions after the sink.
+
+Choices where the paper is not specific: scores use pre-RoPE queries and keys
+(ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
+heads of each KV group and then over groups; retrieval happens inside the
+question's single prefill pass, each layer using its own query (see
+``memory/retrieval_cache.py``), as ReKV's in-attention retrieval does.
+"""
+
+from __future__ import annotations
+
+from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policy import MemoryPolicy, QuestionSelection, recent_within
+
+
+class ReKVPolicy(MemoryPolicy):
+    name = "rekv"
+    uses_offload = True
+
+    def encoding_context(self, store: BlockStore) -> list[FrameBlock]:
+        return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
+
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock]) -> QuestionSelection:
+        recent = recent_within(candidates, self.config.local_window_tokens)
+        recent_ids = {b.block_id for b in recent}
+        pool = [b for b in candidates if b.block_id not in recent_ids]
+        return QuestionSelection(fixed=recent, pool=pool, k=self.config.retrieve_frames)

@@ -1,0 +1,45 @@
+"""What goes in and out of the engine: frames, questions, answers, and refusals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class RequestError(ValueError):
+    """A question the engine refuses; the message is returned to the caller verbatim."""
+
+
+@dataclass(slots=True)
+class Frame:
+    camera: str  # topic name
+    stamp_ns: int  # header stamp
+    rgb: np.ndarray  # (H, W, 3) uint8
+
+
+@dataclass(slots=True)
+class Question:
+    text: str
+    options: list[str] = field(default_factory=list)  # empty: open question
+    cameras: list[str] = field(default_factory=list)  # empty: all cameras
+    since_ns: int = 0  # 0: from the oldest memory
+    until_ns: int = 0  # 0: up to now
+    max_new_tokens: int = 0  # 0: the engine's default
+
+
+@dataclass(slots=True)
+class Evidence:
+    stamp_ns: int
+    camera: str
+
+
+@dataclass(slots=True)
+class Answer:
+    text: str
+    option_index: int  # -1 for an open question
+    option_scores: list[float]  # probability per option, sums to 1; empty for an open question
+    evidence: list[Evidence]  # frames whose KV the answer attended to, oldest first
+    ttft_s: float  # question start -> first token (or option scores)
+    total_s: float
+    n_context_tokens: int  # tokens each layer attended to, sink included

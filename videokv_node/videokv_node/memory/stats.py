@@ -1,0 +1,44 @@
+"""A snapshot of the memory, safe to read from any thread."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    policy: str
+    frames_ingested: int
+    frames_evicted: int
+    frames_in_memory: int
+    tokens_resident: int  # sink + resident frame blocks
+    tokens_offloaded: int
+    bytes_resident: int
+    bytes_offloaded: int
+    budget_tokens: int
+    budget_offload_bytes: int  # the host arena's real capacity (offload_bytes rounded down to pages)
+    oldest_stamp_ns: int  # 0 when empty
+    newest_stamp_ns: int
+    ingest_ms_p50: float
+    ingest_ms_p95: float
+
+
+class LatencyWindow:
+    """Percentiles over the last ``size`` samples: a bounded window, never a growing list."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._samples: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float) -> None:
+        self._samples.append(value)
+
+    def percentile(self, q: float) -> float:
+        if not self._samples:
+            return 0.0
+        return float(np.percentile(np.fromiter(self._samples, float), q))
+
+    def clear(self) -> None:
+        self._samples.clear()

@@ -1,0 +1,107 @@
+"""The contract between the memory engine and a Video-LLM.
+
+The engine only ever sees a decoder that turns embeddings at explicit positions
+into KV entries in a transformers ``Cache``, a vision path that turns RGB frames
+into a fixed number of embeddings per frame, and a tokenizer. Everything
+model-specific (prompt format, rotary convention, where queries are computed)
+lives behind this interface, so a memory policy runs unchanged on every model.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers.cache_utils import Cache
+
+
+@dataclass(frozen=True, slots=True)
+class KVGeometry:
+    """Shape of one token's KV entry across the decoder: what a memory block stores."""
+
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    n_q_heads: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes of K and V for one token over all layers."""
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * elem
+
+
+class VideoLLMAdapter(ABC):
+    """A Video-LLM driven through the public transformers API.
+
+    Invariants every adapter guarantees:
+    - ``encode_frames`` returns exactly ``tokens_per_frame`` embeddings per frame;
+    - ``forward`` appends one KV entry per input embedding to every layer of the
+      cache, rotated at the given positions, and never mutates earlier entries;
+    - ``rotate_keys`` moves cached keys exactly (see ``models/rope.py``).
+    """
+
+    name: str
+    geometry: KVGeometry
+    tokens_per_frame: int
+    max_positions: int  # largest position + 1 the decoder was built for
+    device: torch.device
+
+    # --- vision -----------------------------------------------------------
+    @abstractmethod
+    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """RGB uint8 frames (H, W, 3), any size -> (F, tokens_per_frame, hidden) embeddings."""
+
+    # --- text -------------------------------------------------------------
+    @abstractmethod
+    def prefix_ids(self) -> list[int]:
+        """Tokens before the first frame (system prompt, user turn opening): the attention sink."""
+
+    @abstractmethod
+    def question_ids(self, question: str, options: list[str]) -> list[int]:
+        """Tokens after the frames: the question, the options if any, and the assistant turn opening."""
+
+    @abstractmethod
+    def option_token_ids(self, n_options: int) -> list[int]:
+        """The single token of each option letter ("A", "B", ...), scored for multiple choice."""
+
+    @abstractmethod
+    def embed_tokens(self, ids: list[int]) -> torch.Tensor:
+        """Token ids -> (1, n, hidden) input embeddings on the model's device."""
+
+    @abstractmethod
+    def decode(self, ids: list[int]) -> str:
+        """Generated ids -> text, special tokens removed."""
+
+    @property
+    @abstractmethod
+    def eos_token_ids(self) -> set[int]:
+        """Ids that end an answer."""
+
+    # --- decoder ----------------------------------------------------------
+    @abstractmethod
+    def forward(
+        self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True
+    ) -> torch.Tensor | None:
+        """Run the decoder on (1, n, hidden) ``embeds`` at ``positions`` (n,), appending to ``cache``.
+
+        Returns the last token's logits (vocab,) in float32, or None if ``logits`` is False.
+        """
+
+    @abstractmethod
+    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """Re-rotate cached keys (..., T, head_dim) by ``delta`` (T,) positions."""
+
+    @abstractmethod
+    def query_modules(self) -> list[torch.nn.Module]:
+        """Per decoder layer, the module whose output is that layer's pre-RoPE query (B, n, H_q * D).
+
+        Forward hooks on these give a question's queries without touching attention code.
+        """
+
+    @abstractmethod
+    def fingerprint(self) -> str:
+        """A stable identifier of the weights and config, so stored memory is never used with another model."""

@@ -1,0 +1,233 @@
+"""LLaVA-OneVision through the public transformers API.
+
+Vision path (as ``LlavaOnevisionModel.get_video_features``): SigLIP tower ->
+selected layer -> MLP projector -> 2x2 bilinear pooling, 196 tokens per frame on
+the real 384 px checkpoints (27x27 patches pooled to 14x14). The decoder (Qwen2)
+is driven with explicit ``position_ids`` and a ``Cache`` object; queries are read
+with forward hooks on ``q_proj``. Nothing here patches attention.
+
+Choice: the video path of transformers appends one ``image_newline`` embedding
+after *all* frames of a clip; a stream has no end, so frames are stored as
+their 196 pooled tokens only, as ReKV does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
+from transformers.cache_utils import Cache
+
+from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
+from videokv_node.models.rope import rotate_keys
+from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
+
+SYSTEM_PROMPT = "You are a helpful assistant that remembers what the robot's cameras have seen."
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SUPPORTED_ROPE_TYPES = ("default", "linear")
+
+
+def tiny_config(vocab_size: int, video_token_id: int, image_token_id: int) -> LlavaOnevisionConfig:
+    """A seeded-random LLaVA-OneVision small enough for CPU tests: 16 tokens per frame, 2 layers."""
+    return LlavaOnevisionConfig(
+        text_config=dict(
+            model_type="qwen2",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=vocab_size,
+            max_position_embeddings=32768,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        ),
+        vision_config=dict(
+            model_type="siglip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=56,
+            patch_size=8,
+        ),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+        video_token_id=video_token_id,
+        image_token_id=image_token_id,
+        tie_word_embeddings=False,
+    )
+
+
+class LlavaOnevisionAdapter(VideoLLMAdapter):
+    """A loaded LLaVA-OneVision model plus its tokenizer and frame preprocessing."""
+
+    def __init__(
+        self,
+        model: LlavaOnevisionForConditionalGeneration,
+        tokenizer,
+        name: str,
+        image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5),
+        image_std: tuple[float, float, float] = (0.5, 0.5, 0.5),
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = next(model.parameters()).device
+        cfg = model.config
+        text = cfg.text_config
+        self._lm = model.model.language_model
+        rotary = self._lm.rotary_emb
+        rope_type = (getattr(text, "rope_parameters", None) or {}).get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            # Dynamic/YaRN ropes change inv_freq with length: re-rotation by a delta would not be exact.
+            raise ValueError(f"rope_type {rope_type!r} is not supported (exact re-rotation needs {SUPPORTED_ROPE_TYPES})")
+        self._inv_freq = rotary.inv_freq.detach().clone()
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        self.geometry = KVGeometry(
+            n_layers=text.num_hidden_layers,
+            n_kv_heads=text.num_key_value_heads,
+            head_dim=head_dim,
+            n_q_heads=text.num_attention_heads,
+            dtype=next(self._lm.parameters()).dtype,
+        )
+        vision = cfg.vision_config
+        self.image_size = vision.image_size
+        side = vision.image_size // vision.patch_size
+        self.tokens_per_frame = math.ceil(side / 2) ** 2
+        self.max_positions = text.max_position_embeddings
+        self._mean = torch.tensor(image_mean, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.tensor(image_std, device=self.device).view(1, 3, 1, 1)
+        self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
+        self._fingerprint: str | None = None
+
+    # --- construction -----------------------------------------------------
+    @classmethod
+    def tiny(cls, seed: int = 0, device: str | torch.device = "cpu") -> "LlavaOnevisionAdapter":
+        """Random weights from ``seed``: identical on every machine, no files needed."""
+        tokenizer = build_tiny_tokenizer()
+        cfg = tiny_config(
+            vocab_size=len(tokenizer),
+            video_token_id=tokenizer.convert_tokens_to_ids("<video>"),
+            image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = LlavaOnevisionForConditionalGeneration(cfg)
+        return cls(model.to(device), tokenizer, name="tiny")
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device, dtype: torch.dtype) -> "LlavaOnevisionAdapter":
+        """Load a local checkpoint directory (e.g. llava-onevision-qwen2-0.5b-ov-hf); never downloads."""
+        directory = Path(directory)
+        model = LlavaOnevisionForConditionalGeneration.from_pretrained(directory, dtype=dtype, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        mean, std = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+        for name in ("preprocessor_config.json", "video_preprocessor_config.json"):
+            path = directory / name
+            if path.is_file():
+                pre = json.loads(path.read_text())
+                mean = tuple(pre.get("image_mean", mean))
+                std = tuple(pre.get("image_std", std))
+                break
+        return cls(model.to(device), tokenizer, name=str(directory), image_mean=mean, image_std=std)
+
+    # --- vision -----------------------------------------------------------
+    @torch.inference_mode()
+    def preprocess(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """RGB uint8 (H, W, 3) frames -> (F, 3, S, S) normalised pixels on the model's device.
+
+        Video frames are resized to the square tower size without keeping the
+        aspect ratio, as the LLaVA-OneVision video processor does.
+        """
+        out = []
+        for rgb in frames:
+            x = torch.from_numpy(np.ascontiguousarray(rgb)).to(self.device)  # (H, W, 3) uint8
+            x = x.permute(2, 0, 1)[None].float() / 255.0  # (1, 3, H, W)
+            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False)
+            out.append(x)
+        pixels = (torch.cat(out) - self._mean) / self._std  # (F, 3, S, S)
+        return pixels.to(self.geometry.dtype)
+
+    @torch.inference_mode()
+    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
+        pixels = self.preprocess(frames)[None]  # (1, F, 3, S, S)
+        cfg = self.model.config
+        out = self.model.model.get_video_features(
+            pixel_values_videos=pixels,
+            vision_feature_layer=cfg.vision_feature_layer,
+            vision_feature_select_strategy=cfg.vision_feature_select_strategy,
+        )
+        feats = out.pooler_output[:, :-1]  # drop the clip-final image_newline: (1, F * T, hidden)
+        return feats.reshape(len(frames), self.tokens_per_frame, -1)  # (F, T, hidden)
+
+    # --- text -------------------------------------------------------------
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def prefix_ids(self) -> list[int]:
+        return self._ids(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
+
+    def question_ids(self, question: str, options: list[str]) -> list[int]:
+        text = f"\n{question.strip()}"
+        if options:
+            lines = "\n".join(f"{OPTION_LETTERS[i]}. {opt.strip()}" for i, opt in enumerate(options))
+            text += f"\n{lines}\nAnswer with the option's letter from the given choices directly."
+        return self._ids(f"{text}<|im_end|>\n<|im_start|>assistant\n")
+
+    def option_token_ids(self, n_options: int) -> list[int]:
+        if n_options > len(OPTION_LETTERS):
+            raise ValueError(f"at most {len(OPTION_LETTERS)} options")
+        ids = []
+        for letter in OPTION_LETTERS[:n_options]:
+            tok = self._ids(letter)
+            if len(tok) != 1:
+                raise ValueError(f"option letter {letter!r} is not a single token for this tokenizer")
+            ids.append(tok[0])
+        return ids
+
+    @torch.inference_mode()
+    def embed_tokens(self, ids: list[int]) -> torch.Tensor:
+        t = torch.tensor([ids], dtype=torch.long, device=self.device)
+        return self.model.get_input_embeddings()(t)  # (1, n, hidden)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        return self._eos
+
+    # --- decoder ----------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True) -> torch.Tensor | None:
+        out = self._lm(
+            inputs_embeds=embeds,
+            position_ids=positions.to(self.device).view(1, -1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        if not logits:
+            return None
+        return self.model.lm_head(out.last_hidden_state[:, -1])[0].float()  # (vocab,)
+
+    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return rotate_keys(keys, delta, self._inv_freq)
+
+    def query_modules(self) -> list[torch.nn.Module]:
+        return [layer.self_attn.q_proj for layer in self._lm.layers]
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            h = hashlib.sha256(self.model.config.to_json_string(use_diff=False).encode())
+            for name, p in sorted(self.model.state_dict().items()):
+                h.update(name.encode())
+                h.update(p.detach().flatten()[:64].float().cpu().numpy().tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
