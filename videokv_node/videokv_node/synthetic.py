@@ -84,12 +84,20 @@ class ScriptedDigit:
     y: float  # centre, fraction of height
     size: float = 0.25  # height as a fraction of the image height
 
+    def __post_init__(self) -> None:
+        if self.value not in range(10) or self.colour not in COLOURS or not 0 <= self.start < self.end:
+            raise ValueError(f"digit: need value in 0..9, colour in {tuple(COLOURS)}, 0 <= start < end")
+
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
     n_frames: int  # frames the scenario lasts
     objects: tuple[ScriptedObject, ...]  # drawn in this order
     digit: ScriptedDigit | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_frames < 1:
+            raise ValueError(f"a scenario needs at least one frame, got {self.n_frames}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +114,8 @@ class ObjectEvents:
 def default_scenario(n_frames: int = 60) -> Scenario:
     """A red toolbox enters left and stays, a green apple sits on the table a while,
     a blue ball crosses right to left, a digit 7 is shown, a yellow cone appears at the end."""
+    if n_frames < 20:
+        raise ValueError(f"the default scenario needs >= 20 frames to tell its events apart, got {n_frames}")
     f = lambda a: int(round(a * n_frames))  # noqa: E731 - fraction of the scenario -> frame
     return Scenario(n_frames, (
         ScriptedObject("toolbox", "square", "red", 0.22, f(0.1), n_frames,
@@ -121,6 +131,16 @@ def _where(x: int, y: int, w: int, h: int) -> str:
     col = ("left", "centre", "right")[min(3 * x // w, 2)]
     row = ("top", "middle", "bottom")[min(3 * y // h, 2)]
     return "at the centre" if (row, col) == ("middle", "centre") else f"at the {row} {col}"
+
+
+def _motion(obj: ScriptedObject, i: int) -> str:
+    """Caption suffix like ' moving left' when the object moves from frame i to i + 1, else ''."""
+    (x0, y0), (x1, y1) = obj.position(i), obj.position(i + 1)
+    if i + 1 >= obj.end or (x0, y0) == (x1, y1):
+        return ""
+    if abs(x1 - x0) >= abs(y1 - y0):
+        return " moving right" if x1 > x0 else " moving left"
+    return " moving down" if y1 > y0 else " moving up"
 
 
 class SyntheticScene:
@@ -169,22 +189,23 @@ class SyntheticScene:
         d = self.scenario.digit
         return d if d is not None and d.start <= i < d.end else None
 
+    def stamp_ns(self, i: int) -> int:
+        """Header stamp of frame i when the stream starts at 0."""
+        return round(i * 1e9 / self.fps)
+
     def truth(self, i: int) -> FrameTruth:
-        """Ground truth of frame i, stamped ``round(i * 1e9 / fps)`` ns."""
+        """Ground truth of frame i, stamped ``stamp_ns(i)``."""
         self._check(i)
         visible, parts = self._visible(i), []
         for obj, vis in visible:
-            (x0, y0), (x1, y1) = obj.position(i), obj.position(i + 1)
-            moving = "" if i + 1 >= obj.end or (x0, y0) == (x1, y1) else (
-                (" moving right" if x1 > x0 else " moving left") if abs(x1 - x0) >= abs(y1 - y0)
-                else (" moving down" if y1 > y0 else " moving up"))
-            parts.append(f"a {vis.colour} {vis.shape} {_where(*vis.centre, self.width, self.height)}{moving}")
+            where = _where(*vis.centre, self.width, self.height)
+            parts.append(f"a {vis.colour} {vis.shape} {where}{_motion(obj, i)}")
         caption = ("In view: " + ", ".join(parts) + ".") if parts else "Nothing in view."
         digit = self._digit(i)
         if digit is not None:
             cx, cy = round(digit.x * (self.width - 1)), round(digit.y * (self.height - 1))
             caption += f" The digit {digit.value} is shown {_where(cx, cy, self.width, self.height)}."
-        return FrameTruth(i, round(i * 1e9 / self.fps), tuple(v for _, v in visible), caption,
+        return FrameTruth(i, self.stamp_ns(i), tuple(v for _, v in visible), caption,
                           None if digit is None else digit.value)
 
     def frame(self, i: int) -> np.ndarray:
@@ -245,7 +266,7 @@ class SyntheticScene:
 
         Objects never visible are left out. Stamps are those of ``truth`` (start 0).
         """
-        seen: dict[str, list] = {}
+        seen: dict[tuple[str, str, str], list[int]] = {}  # (name, shape, colour) -> [first, last]
         for i in range(len(self)):
             entries = [(o.name, o.shape, o.colour) for o, _ in self._visible(i)]
             d = self._digit(i)
@@ -253,6 +274,5 @@ class SyntheticScene:
                 entries.append((f"digit {d.value}", "digit", d.colour))
             for key in entries:
                 seen.setdefault(key, [i, i])[1] = i
-        stamp = lambda i: round(i * 1e9 / self.fps)  # noqa: E731
-        events = [ObjectEvents(*key, a, b, stamp(a), stamp(b)) for key, (a, b) in seen.items()]
+        events = [ObjectEvents(*key, a, b, self.stamp_ns(a), self.stamp_ns(b)) for key, (a, b) in seen.items()]
         return sorted(events, key=lambda e: (e.first_frame, e.name))

@@ -49,6 +49,7 @@ _BYTES_PER_PIXEL = {
 SUPPORTED_ENCODINGS: tuple[str, ...] = tuple(_BYTES_PER_PIXEL)
 _UYVY = ("yuv422", "uyvy")
 _YUYV = ("yuv422_yuy2", "yuyv")
+_YUV = _UYVY + _YUYV
 DEFAULT_MAX_PIXELS = 64_000_000
 
 # OpenCV's fixed-point BT.601 constants (modules/imgproc/src/color_yuv.simd.hpp), Q20.
@@ -84,7 +85,7 @@ def _yuv422_to_rgb(rows: np.ndarray, width: int, uyvy: bool) -> np.ndarray:
 def _rows_to_rgb(enc: str, rows: np.ndarray, width: int, big: bool) -> np.ndarray:
     """(H, W*bpp) bytes of one encoding -> (H, W, 3) RGB, possibly a view of ``rows``."""
     h = rows.shape[0]
-    if enc in _UYVY or enc in _YUYV:
+    if enc in _YUV:
         return _yuv422_to_rgb(rows, width, uyvy=enc in _UYVY)
     if enc == "mono16":
         grey = (rows.view(">u2" if big else "<u2") >> 8).astype(np.uint8)  # (H, W), 16 -> 8 bit
@@ -115,7 +116,7 @@ def decode_raw_image(
             "unsupported_encoding",
             f"encoding {encoding!r} is not supported; supported: {', '.join(SUPPORTED_ENCODINGS)}",
         )
-    if bpp == 2 and enc != "mono16" and width % 2:
+    if enc in _YUV and width % 2:
         raise ImageDecodeError("odd_width", f"{enc} packs pixel pairs; width {width} is odd")
     row_bytes = width * bpp
     if step < row_bytes:
@@ -132,19 +133,16 @@ def decode_raw_image(
     return out.copy() if np.may_share_memory(out, buf) else out
 
 
-def _codec_of(fmt: str) -> str | None:
-    """Pillow codec named by a CompressedImage.format string; None for an empty string.
+def _check_format(fmt: str) -> None:
+    """Refuse a CompressedImage.format that names no colour JPEG/PNG; "" is allowed.
 
     image_transport writes "<encoding>; <codec> compressed <target encoding>", e.g.
     "bgr8; jpeg compressed bgr8"; plain "jpeg"/"png" is also common.
     """
     words = fmt.lower().replace(";", " ").split()
-    if not words:
-        return None
-    codecs = {{"jpeg": "JPEG", "jpg": "JPEG", "png": "PNG"}[w] for w in words if w in ("jpeg", "jpg", "png")}
-    if "compresseddepth" in words or len(codecs) != 1:
+    codecs = {"jpeg" if w == "jpg" else w for w in words if w in ("jpeg", "jpg", "png")}
+    if words and ("compresseddepth" in words or len(codecs) != 1):
         raise ImageDecodeError("unsupported_format", f"format {fmt!r}: only jpeg and png colour images are supported")
-    return codecs.pop()
 
 
 def _pil_to_rgb(im: Image.Image) -> np.ndarray:
@@ -168,7 +166,7 @@ def decode_compressed_image(fmt: str, data, max_pixels: int = DEFAULT_MAX_PIXELS
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES was set True in this process; "
                            "truncated frames would be accepted silently")
-    _codec_of(fmt)
+    _check_format(fmt)
     buf = _as_bytes_array(data)
     if buf.size == 0:
         raise ImageDecodeError("zero_size", "compressed image data is empty")
@@ -234,7 +232,7 @@ def encode_raw_image(rgb: np.ndarray, encoding: str = "rgb8", *, is_bigendian: b
     if row_padding < 0:
         raise ValueError(f"row_padding must be >= 0, got {row_padding}")
     h, w = arr.shape[:2]
-    if enc in _UYVY or enc in _YUYV:
+    if enc in _YUV:
         if w % 2:
             raise ValueError(f"{enc} needs an even width, got {w}")
         rows = _rgb_to_yuv422(arr, uyvy=enc in _UYVY)

@@ -61,6 +61,7 @@ class VideoMemoryEngine:
         self._ingested = 0
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
+        self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self._stats = self._snapshot()
 
     # --- ingest -----------------------------------------------------------
@@ -162,12 +163,12 @@ class VideoMemoryEngine:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
         selection = self.policy.question_selection(self.store, candidates)
-        cache, chosen, n_ctx = self._question_cache(selection)
+        geo = self.adapter.geometry
+        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim)
+        cache, chosen, n_ctx = self._question_cache(selection, capture)
         max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
         if n_ctx + len(ids) + max_new > self.adapter.max_positions:
             raise RequestError(f"context of {n_ctx + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
-        capture = QueryCapture(self.adapter.geometry.n_q_heads, self.adapter.geometry.n_kv_heads, self.adapter.geometry.head_dim)
-        self._capture = capture
         positions = torch.arange(n_ctx, n_ctx + len(ids))
         with capture.attached(self.adapter.query_modules()):
             logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache)
@@ -185,13 +186,18 @@ class VideoMemoryEngine:
         evidence = sorted((Evidence(b.stamp_ns, b.camera) for b in chosen.values()), key=lambda e: (e.stamp_ns, e.camera))
         return Answer(text, index, scores, evidence, ttft, time.perf_counter() - t0, n_ctx)
 
-    def _question_cache(self, selection: QuestionSelection):
-        """The cache a question attends to, the blocks it will use (filled as layers run) and the context length."""
+    def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
+        """The cache a question attends to, the blocks it will use (filled as layers run) and the context length.
+
+        ``last_layer_blocks[layer]`` records the block ids each layer attended to (for tests and debugging).
+        """
+        n_layers = self.adapter.geometry.n_layers
         fixed_tokens = sum(b.n_tokens for b in selection.fixed)
         k = min(selection.k, len(selection.pool))
         if k == len(selection.pool):  # everything fits: no scoring, the same blocks in every layer
             blocks = sorted(selection.fixed + selection.pool, key=lambda b: b.block_id)
             cache, n_ctx = placed_cache(self.adapter, self.store, self.sink, blocks)
+            self.last_layer_blocks = [[b.block_id for b in blocks] for _ in range(n_layers)]
             return cache, {b.block_id: b for b in blocks}, n_ctx
         sizes = {b.n_tokens for b in selection.pool}
         if len(sizes) != 1:
@@ -201,15 +207,17 @@ class VideoMemoryEngine:
         n_ctx = self.sink.n_tokens + fixed_tokens + k * sizes.pop()
         key_means = torch.stack([b.key_mean for b in selection.pool])  # (N, L, H, D)
         chosen: dict[int, FrameBlock] = {b.block_id: b for b in selection.fixed}
+        self.last_layer_blocks = [[] for _ in range(n_layers)]
 
         def materialize(layer: int):
-            query = self._capture.mean(layer).cpu()  # (H, D)
+            query = capture.mean(layer).cpu()  # (H, D)
             picked = [selection.pool[i] for i in top_k_blocks(query, key_means[:, layer], k)]
             blocks = sorted(selection.fixed + picked, key=lambda b: b.block_id)
             chosen.update((b.block_id, b) for b in picked)
+            self.last_layer_blocks[layer] = [b.block_id for b in blocks]
             return place_layer(self.adapter, self.store, self.sink, blocks, layer)
 
-        return RetrievingCache(n_ctx, materialize, self.adapter.geometry.n_layers), chosen, n_ctx
+        return RetrievingCache(n_ctx, materialize, n_layers), chosen, n_ctx
 
     def _generate(self, logits: torch.Tensor, cache, next_pos: int, max_new: int, on_token) -> str:
         """Greedy decoding; stops at end-of-turn or ``max_new`` tokens."""

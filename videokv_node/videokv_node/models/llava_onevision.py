@@ -215,7 +215,8 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
         )
         if not logits:
             return None
-        return self.model.lm_head(out.last_hidden_state[:, -1])[0].float()  # (vocab,)
+        logits = self.model.lm_head(out.last_hidden_state[:, -1])[0]  # (vocab,)
+        return logits if logits.dtype == torch.float64 else logits.float()
 
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         return rotate_keys(keys, delta, self._inv_freq)

@@ -1,0 +1,48 @@
+"""Small builders shared by the unit tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers.cache_utils import DynamicCache
+
+from videokv_node.memory.question import Frame
+
+
+def random_frames(n: int, seed: int = 0, camera: str = "cam", start_s: int = 1, h: int = 24, w: int = 32) -> list[Frame]:
+    rng = np.random.default_rng(seed)
+    return [
+        Frame(camera, (start_s + i) * 10**9, rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for i in range(n)
+    ]
+
+
+def plain_forward(adapter, frames: list[Frame], question_ids: list[int], offset: int = 0):
+    """One forward over [prefix, all frames, question] with no memory at all: the reference.
+
+    Returns (last logits, cache) with positions starting at ``offset``.
+    """
+    feats = adapter.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
+    embeds = torch.cat(
+        [
+            adapter.embed_tokens(adapter.prefix_ids()),
+            feats.reshape(1, -1, feats.shape[-1]),
+            adapter.embed_tokens(question_ids),
+        ],
+        dim=1,
+    )  # (1, N, hidden)
+    cache = DynamicCache()
+    positions = torch.arange(offset, offset + embeds.shape[1])
+    logits = adapter.forward(embeds, positions, cache)
+    return logits, cache
+
+
+def greedy(adapter, logits, cache, next_pos: int, max_new: int) -> str:
+    out = []
+    for _ in range(max_new):
+        token = int(torch.argmax(logits))
+        if token in adapter.eos_token_ids:
+            break
+        out.append(token)
+        logits = adapter.forward(adapter.embed_tokens([token]), torch.tensor([next_pos]), cache)
+        next_pos += 1
+    return adapter.decode(out).strip()

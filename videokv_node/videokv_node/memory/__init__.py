@@ -1,0 +1,19 @@
+"""The memory engine: frame blocks, their two tiers, the policies that manage them."""
+
+from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.question import Answer, Evidence, Frame, Question, RequestError
+from videokv_node.memory.stats import EngineStats
+
+__all__ = [
+    "Answer",
+    "ConfigError",
+    "EngineStats",
+    "Evidence",
+    "Frame",
+    "GenerationConfig",
+    "MemoryConfig",
+    "Question",
+    "RequestError",
+    "VideoMemoryEngine",
+]

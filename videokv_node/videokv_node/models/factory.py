@@ -1,0 +1,58 @@
+"""Model selection: the one place a ``model`` parameter is interpreted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelLoadError(RuntimeError):
+    """The model named by the configuration cannot be loaded; the message says why and what to do."""
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` -> the first CUDA device if there is one, else the CPU; ``cpu`` / ``cuda:N`` as given."""
+    if device == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"device {device!r} is not a torch device (use auto, cpu or cuda:N)") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` -> bfloat16 on GPUs that support it, float16 on other GPUs, float32 on the CPU."""
+    if dtype == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r} unknown (use auto or one of {sorted(DTYPES)})")
+    return DTYPES[dtype]
+
+
+def load_adapter(model: str, device: str = "auto", dtype: str = "auto", seed: int = 0) -> VideoLLMAdapter:
+    """``tiny``: a seeded random-weight LLaVA-OneVision built from a config (no files).
+    A directory: a local LLaVA-OneVision checkpoint. Nothing is ever downloaded.
+    """
+    dev = resolve_device(device)
+    if model == "tiny":
+        return LlavaOnevisionAdapter.tiny(seed=seed, device=dev)
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"model {model!r} is neither 'tiny' nor a local checkpoint directory; "
+            "download a LLaVA-OneVision checkpoint (e.g. llava-onevision-qwen2-0.5b-ov-hf) ahead of time and pass its path"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} has no config.json: not a transformers checkpoint")
+    return LlavaOnevisionAdapter.from_pretrained(path, device=dev, dtype=resolve_dtype(dtype, dev))
