@@ -1,6 +1,8 @@
 """``python -m videokv_node --ros-args ...`` starts the ROS 2 node."""
 
+import sys
+
 from videokv_node.ros.node import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

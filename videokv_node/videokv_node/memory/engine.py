@@ -135,6 +135,8 @@ class VideoMemoryEngine:
             raise RequestError("since and until must not be negative")
         if question.until_ns and question.since_ns > question.until_ns:
             raise RequestError(f"since ({question.since_ns} ns) is after until ({question.until_ns} ns)")
+        if question.max_new_tokens < 0:
+            raise RequestError("max_new_tokens must not be negative")
         if question.max_new_tokens > self.generation.max_new_tokens_limit:
             raise RequestError(f"max_new_tokens {question.max_new_tokens} exceeds the limit {self.generation.max_new_tokens_limit}")
         ids = self.adapter.question_ids(question.text, question.options)

@@ -29,7 +29,7 @@ class HostKVArena:
         # torch.empty: the OS commits pages only when written, so a large cap costs nothing until used.
         self._keys = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)  # (P, L, H, page, D)
         self._values = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)
-        self._free: list[int] = list(range(self.n_pages - 1, -1, -1))  # a stack: pop() gives the lowest page
+        self._free: list[int] = list(range(self.n_pages - 1, -1, -1))  # a stack: lowest pages first, then the last freed
 
     @property
     def capacity_bytes(self) -> int:
@@ -78,4 +78,6 @@ class HostKVArena:
         return out[0], out[1]
 
     def free(self, pages: list[int]) -> None:
+        if len(self._free) + len(pages) > self.n_pages:
+            raise RuntimeError("double free of arena pages")
         self._free.extend(reversed(pages))

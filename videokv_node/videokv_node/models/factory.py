@@ -45,6 +45,7 @@ def load_adapter(model: str, device: str = "auto", dtype: str = "auto", seed: in
     A directory: a local LLaVA-OneVision checkpoint. Nothing is ever downloaded.
     """
     dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)  # validated even for tiny, so a bad setting fails in CI too
     if model == "tiny":
         return LlavaOnevisionAdapter.tiny(seed=seed, device=dev)
     path = Path(model).expanduser()
@@ -55,4 +56,4 @@ def load_adapter(model: str, device: str = "auto", dtype: str = "auto", seed: in
         )
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} has no config.json: not a transformers checkpoint")
-    return LlavaOnevisionAdapter.from_pretrained(path, device=dev, dtype=resolve_dtype(dtype, dev))
+    return LlavaOnevisionAdapter.from_pretrained(path, device=dev, dtype=torch_dtype)

@@ -226,7 +226,9 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            h = hashlib.sha256(self.model.config.to_json_string(use_diff=False).encode())
+            config = self.model.config.to_dict()
+            config.pop("_name_or_path", None)  # where the files lie is not what the model is
+            h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
             for name, p in sorted(self.model.state_dict().items()):
                 h.update(name.encode())
                 h.update(p.detach().flatten()[:64].float().cpu().numpy().tobytes())

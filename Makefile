@@ -1,0 +1,39 @@
+# videokv: set up, build, test and run from a clean clone (Debian/Ubuntu, Python 3.10+,
+# cmake, g++). Every target sets up what it needs and skips what is already done.
+#
+#   make test    unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
+#   make demo    the node on a short synthetic stream, answering a question
+#   make bench   memory-policy benchmarks
+#
+# On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+# Per-test limit in seconds (pytest-timeout); override: make test TEST_TIMEOUT=600.
+TEST_TIMEOUT ?= 300
+PYTEST_ARGS ?=
+
+.PHONY: setup build test demo bench clean distclean
+
+setup:
+	scripts/setup_env.sh
+
+build: setup
+	scripts/build_ws.sh
+
+test: build
+	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS) tests
+
+demo: build
+	. ./env.sh && python -m videokv_node.ros.demo
+
+bench: build
+	. ./env.sh && python -m bench.run
+
+clean:
+	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log
+
+distclean: clean
+	rm -rf .venv

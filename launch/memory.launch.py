@@ -1,0 +1,46 @@
+"""Start the videokv node with config/memory.yaml.
+
+    ros2 launch videokv_node memory.launch.py
+    ros2 launch videokv_node memory.launch.py model:=/models/llava-onevision-qwen2-0.5b-ov-hf \
+        image_topic:=/camera/color/image_raw policy:=rekv use_sim_time:=true
+
+The camera QoS comes from the params file (sensor_data by default, as in the
+node), so the launch default and the node default always agree.
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.substitutions import FindPackageShare
+
+
+def generate_launch_description() -> LaunchDescription:
+    default_params = PathJoinSubstitution([FindPackageShare("videokv_node"), "config", "memory.yaml"])
+    args = [
+        DeclareLaunchArgument("namespace", default_value="", description="namespace of the node"),
+        DeclareLaunchArgument("params_file", default_value=default_params, description="parameter file"),
+        DeclareLaunchArgument("model", default_value="tiny", description="'tiny' or a local checkpoint directory"),
+        DeclareLaunchArgument("policy", default_value="rekv", description="memory policy: full or rekv"),
+        DeclareLaunchArgument("image_topic", default_value="image", description="camera topic the 'image' input is remapped to"),
+        DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (bag replay, simulation)"),
+    ]
+    node = Node(
+        package="videokv_node",
+        executable="videokv_node",
+        name="videokv",
+        namespace=LaunchConfiguration("namespace"),
+        output="screen",
+        emulate_tty=True,
+        parameters=[
+            LaunchConfiguration("params_file"),
+            {
+                "model": ParameterValue(LaunchConfiguration("model"), value_type=str),
+                "memory.policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
+                "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
+            },
+        ],
+        remappings=[("image", LaunchConfiguration("image_topic"))],
+    )
+    return LaunchDescription(args + [node])

@@ -1,0 +1,219 @@
+"""The node over real DDS on loopback: a separate node process, this process as camera and planner.
+
+Each test module runs in its own ROS_DOMAIN_ID with discovery limited to
+localhost, so parallel runs never see each other.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
+
+from rclpy.context import Context  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
+
+from videokv_node.ros.client import MemoryClient  # noqa: E402
+from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
+from videokv_node.ros.launcher import NodeProcess, isolated_ros_env  # noqa: E402
+from videokv_node.ros.synthetic_camera import compressed_msg, image_msg  # noqa: E402
+
+NS = 1_000_000_000
+RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+
+@pytest.fixture(scope="module")
+def ros():
+    env = isolated_ros_env()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    ctx = Context()
+    rclpy.init(context=ctx)
+    yield env, ctx
+    rclpy.try_shutdown(context=ctx)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def start_node(env, ctx, params, name):
+    proc = NodeProcess(params, env, node_name=name)
+    client = MemoryClient(node_name=f"/{name}", context=ctx, client_name=f"{name}_client")
+    if not client.wait_ready(timeout=120):
+        proc.stop()
+        pytest.fail("node did not come up:\n" + proc.output())
+    return proc, client
+
+
+def wait_subscribed(pub, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while pub.get_subscription_count() == 0:
+        assert time.monotonic() < deadline, f"nobody subscribed to {pub.topic_name}"
+        time.sleep(0.05)
+    # Discovery is matched on each side separately: a best-effort reader drops what a writer
+    # sends before the reader has matched it, so give the other side a moment.
+    time.sleep(1.0)
+
+
+def frame(seed: int, h: int = 24, w: int = 32) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def bad_image(encoding="rgb8", width=8, height=8, step=24, data=b"\0" * 192, stamp_ns=NS):
+    msg = Image()
+    msg.header.stamp = ns_to_time(stamp_ns)
+    msg.encoding, msg.width, msg.height, msg.step, msg.data = encoding, width, height, step, data
+    return msg
+
+
+def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
+    env, ctx = ros
+    params = {
+        "model": "tiny",
+        "image_topics": ["cam_a"],
+        "compressed_topics": ["cam_b/compressed"],
+        "camera_qos": "reliable",  # bursts of frames must all arrive for exact counts (the demo runs sensor_data)
+        "sample_fps": 0.0,
+        "queue_size": 64,
+        "stats_period_s": 0.2,
+        "memory.policy": "rekv",
+        "memory.budget_tokens": 1024,
+        "memory.local_window_tokens": 32,
+        "memory.retrieve_frames": 2,
+        "memory.max_question_tokens": 200,
+        "max_new_tokens": 4,
+    }
+    proc, client = start_node(env, ctx, params, "videokv_it")
+    cam = Node("fake_cameras", context=ctx)
+    try:
+        pub_a = cam.create_publisher(Image, "/cam_a", RELIABLE)
+        pub_b = cam.create_publisher(CompressedImage, "/cam_b/compressed", RELIABLE)
+        wait_subscribed(pub_a)
+        wait_subscribed(pub_b)
+        for i in range(6):
+            pub_a.publish(image_msg(frame(i), (10 + i) * NS))
+        for i in range(4):
+            pub_b.publish(compressed_msg(frame(100 + i), (10 + i) * NS + NS // 2))
+        stats = client.wait_stats(lambda s: s.frames_ingested == 10 and s.queue_depth == 0, timeout=120)
+        assert stats.frames_received == 10 and stats.frames_dropped == 0 and stats.frames_in_memory == 10
+        assert stats.policy == "rekv" and stats.tokens_resident <= stats.budget_tokens
+        assert time_to_ns(stats.oldest_stamp) == 10 * NS and time_to_ns(stats.newest_stamp) == 15 * NS
+
+        resp = client.ask("What colour is the box?", options=["red", "green", "blue"])
+        assert resp.success, resp.message
+        assert len(resp.option_scores) == 3 and abs(sum(resp.option_scores) - 1) < 1e-5
+        assert resp.option_index == int(np.argmax(resp.option_scores))
+        assert resp.answer == ["red", "green", "blue"][resp.option_index]
+        assert resp.evidence_stamps and len(resp.evidence_stamps) == len(resp.evidence_cameras)
+        assert set(resp.evidence_cameras) <= {"/cam_a", "/cam_b/compressed"}
+        assert resp.ttft_s > 0 and resp.total_s >= resp.ttft_s
+
+        resp = client.ask("Describe it.", cameras=["cam_a"])
+        assert resp.success, resp.message
+        assert resp.option_index == -1 and set(resp.evidence_cameras) == {"/cam_a"}
+
+        resp = client.ask("What happened?", since_ns=11 * NS, until_ns=13 * NS)
+        stamps = [time_to_ns(s) for s in resp.evidence_stamps]
+        assert resp.success and stamps and all(11 * NS <= s <= 13 * NS for s in stamps)
+        assert stamps == sorted(stamps)
+
+        # Bad requests: refused with a reason, memory unchanged.
+        refusals = {
+            "empty": client.ask("   "),
+            "since after until": client.ask("what?", since_ns=14 * NS, until_ns=12 * NS),
+            "empty option": client.ask("what?", options=["red", ""]),
+            "too long": client.ask("why " * 200),
+            "no such camera": client.ask("what?", cameras=["cam_z"]),
+        }
+        for what, r in refusals.items():
+            assert not r.success and r.message, what
+        assert "empty" in refusals["empty"].message
+        assert "since" in refusals["since after until"].message
+        assert "empty" in refusals["empty option"].message
+        assert "longer than" in refusals["too long"].message
+
+        # Bad frames: counted as dropped, never ingested, the node keeps running.
+        pub_a.publish(bad_image(encoding="32FC1"))
+        pub_a.publish(bad_image(data=b"\0" * 10))
+        pub_a.publish(bad_image(width=0, height=0, step=0, data=b""))
+        broken = CompressedImage()
+        broken.header.stamp = ns_to_time(20 * NS)
+        broken.format, broken.data = "jpeg", b"\xff\xd8\xff\xe0 definitely not a jpeg"
+        pub_b.publish(broken)
+        stats = client.wait_stats(lambda s: s.frames_received == 14, timeout=30)
+        stats = client.wait_stats(lambda s: s.frames_dropped == 4, timeout=30)
+        assert stats.frames_ingested == 10 and stats.frames_in_memory == 10
+        assert stats.questions_failed == 5 and stats.questions_answered == 3
+        assert proc.alive()
+
+        r = client.reset()
+        assert r.success, r.message
+        stats = client.wait_stats(lambda s: s.frames_in_memory == 0, timeout=30)
+        assert stats.tokens_offloaded == 0
+        r = client.ask("What did you see?")
+        assert not r.success and "no frames" in r.message
+        pub_a.publish(image_msg(frame(7), 30 * NS))
+        client.wait_stats(lambda s: s.frames_in_memory == 1, timeout=30)
+        assert client.ask("And now?").success
+    finally:
+        cam.destroy_node()
+        client.close()
+        code = proc.stop()
+        print(proc.output()[-4000:])  # shown by pytest when the test fails
+    assert code == 0, proc.output()
+
+
+def test_memory_stays_bounded_under_a_high_rate_stream(ros):
+    """2000 frames as fast as DDS takes them: what arrives is ingested or dropped (counted), never more."""
+    env, ctx = ros
+    budget = 94 + 32 + 16 * 4  # sink + window + four frames of 16 tokens
+    params = {
+        "model": "tiny",
+        "image_topics": ["fast_cam"],
+        "sample_fps": 0.0,
+        "queue_size": 4,
+        "stats_period_s": 0.1,
+        "memory.budget_tokens": budget,
+        "memory.local_window_tokens": 32,
+        "memory.offload_bytes": 16 * 2 * 2 * 2 * 16 * 4 * 10,  # ten tiny frames
+    }
+    proc, client = start_node(env, ctx, params, "videokv_fast")
+    cam = Node("fast_camera", context=ctx)
+    try:
+        pub = cam.create_publisher(Image, "/fast_cam", RELIABLE)
+        wait_subscribed(pub)
+        img = frame(0, 8, 8)
+        n = 2000
+        for i in range(n):
+            pub.publish(image_msg(img, NS + i * NS // 100))
+        time.sleep(2.0)
+        stats = client.wait_stats(
+            lambda s: s.queue_depth == 0 and s.frames_ingested + s.frames_dropped == s.frames_received, timeout=120
+        )
+        history = list(client.history)
+        assert len(history) > 5
+        for s in history:
+            assert s.tokens_resident <= s.budget_tokens
+            assert s.bytes_offloaded <= s.budget_offload_bytes
+            assert s.frames_in_memory + s.frames_evicted == s.frames_ingested
+            assert s.frames_received <= n
+        # Best-effort camera QoS may lose some frames in DDS; many must arrive and overflow a queue of 4.
+        assert stats.frames_received > 100, stats
+        assert stats.frames_dropped > 0, "a burst into a queue of 4 must overflow, counted"
+        assert stats.frames_evicted > 0 and stats.tokens_offloaded > 0
+        assert client.ask("What did you see?", max_new_tokens=2).success
+        assert proc.alive()
+    finally:
+        cam.destroy_node()
+        client.close()
+        code = proc.stop()
+        print(proc.output()[-4000:])  # shown by pytest when the test fails
+    assert code == 0, proc.output()

@@ -1,0 +1,81 @@
+"""Messages <-> library types. The node's only knowledge of message layouts lives here."""
+
+from __future__ import annotations
+
+from builtin_interfaces.msg import Time
+
+from videokv_node.ingest.image_decode import decode_compressed_image, decode_raw_image
+from videokv_node.memory.question import Answer, Question
+from videokv_node.memory.stats import EngineStats
+
+NS = 1_000_000_000
+
+
+def time_to_ns(stamp: Time) -> int:
+    return int(stamp.sec) * NS + int(stamp.nanosec)
+
+
+def ns_to_time(ns: int) -> Time:
+    return Time(sec=int(ns // NS), nanosec=int(ns % NS))
+
+
+def image_to_rgb(msg):
+    """sensor_msgs/Image -> (H, W, 3) uint8 RGB; raises ImageDecodeError with a reason."""
+    return decode_raw_image(msg.encoding, msg.width, msg.height, msg.step, msg.data, bool(msg.is_bigendian))
+
+
+def compressed_to_rgb(msg):
+    """sensor_msgs/CompressedImage -> (H, W, 3) uint8 RGB; raises ImageDecodeError with a reason."""
+    return decode_compressed_image(msg.format, msg.data)
+
+
+def request_to_question(request, resolve_camera) -> Question:
+    """AskVideo request -> Question; camera names are resolved like the node's own topics."""
+    return Question(
+        text=request.question,
+        options=list(request.options),
+        cameras=[resolve_camera(c) for c in request.cameras if c],
+        since_ns=time_to_ns(request.since),
+        until_ns=time_to_ns(request.until),
+        max_new_tokens=int(request.max_new_tokens),
+    )
+
+
+def fill_response(response, answer: Answer):
+    response.success = True
+    response.message = ""
+    response.answer = answer.text
+    response.option_index = answer.option_index
+    response.option_scores = [float(s) for s in answer.option_scores]
+    response.evidence_stamps = [ns_to_time(e.stamp_ns) for e in answer.evidence]
+    response.evidence_cameras = [e.camera for e in answer.evidence]
+    response.ttft_s = float(answer.ttft_s)
+    response.total_s = float(answer.total_s)
+    return response
+
+
+def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: int, model: str, device: str):
+    """MemoryStats from the engine's snapshot and the node's counters."""
+    msg.policy = stats.policy
+    msg.model = model
+    msg.device = device
+    msg.frames_received = counters["received"]
+    msg.frames_sampled = counters["sampled"]
+    msg.frames_ingested = stats.frames_ingested
+    msg.frames_dropped = counters["dropped"]
+    msg.frames_evicted = stats.frames_evicted
+    msg.frames_in_memory = stats.frames_in_memory
+    msg.queue_depth = queue_depth
+    msg.tokens_resident = stats.tokens_resident
+    msg.tokens_offloaded = stats.tokens_offloaded
+    msg.bytes_resident = stats.bytes_resident
+    msg.bytes_offloaded = stats.bytes_offloaded
+    msg.budget_tokens = stats.budget_tokens
+    msg.budget_offload_bytes = stats.budget_offload_bytes
+    msg.ingest_ms_p50 = stats.ingest_ms_p50
+    msg.ingest_ms_p95 = stats.ingest_ms_p95
+    msg.questions_answered = counters["answered"]
+    msg.questions_failed = counters["failed"]
+    msg.oldest_stamp = ns_to_time(stats.oldest_stamp_ns)
+    msg.newest_stamp = ns_to_time(stats.newest_stamp_ns)
+    return msg

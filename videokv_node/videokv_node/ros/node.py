@@ -1,0 +1,210 @@
+"""The videokv ROS 2 node: cameras in, questions answered from the memory of what they saw.
+
+A thin adapter over the library: callbacks convert messages and hand work to
+the ``ModelWorker``; no callback ever runs the model. Camera callbacks share one
+mutually exclusive group; the services and the stats timer have their own
+groups, so a question is accepted while frames keep arriving, on a
+MultiThreadedExecutor.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qos_profile_system_default
+from sensor_msgs.msg import CompressedImage, Image
+from std_srvs.srv import Trigger
+from videokv_interfaces.msg import MemoryStats
+from videokv_interfaces.srv import AskVideo
+
+from videokv_node.ingest.image_decode import ImageDecodeError
+from videokv_node.ingest.sampler import FrameSampler
+from videokv_node.memory.config import ConfigError
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.question import Frame, RequestError
+from videokv_node.models.factory import ModelLoadError, load_adapter
+from videokv_node.ros import conversions
+from videokv_node.ros.params import Settings, declare_and_read
+from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
+
+QOS = {
+    "sensor_data": qos_profile_sensor_data,
+    "reliable": QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
+    "system_default": qos_profile_system_default,
+}
+WARN_THROTTLE_S = 5.0
+
+
+class VideoKVNode(Node):
+    """Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask`` and ``~/reset``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("videokv", **kwargs)
+        self.settings: Settings = declare_and_read(self)
+        s = self.settings.node
+        log = self.get_logger()
+        log.info(f"loading model {s.model!r} on device {s.device!r}")
+        adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
+        self.engine = VideoMemoryEngine(adapter, self.settings.memory, self.settings.generation)
+        self.worker = ModelWorker(
+            self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error
+        )
+        self.sampler = FrameSampler(self.settings.sampler)
+        self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
+        self._drop_reasons: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+        camera_group = MutuallyExclusiveCallbackGroup()
+        self._subscriptions_ = []
+        for topic in dict.fromkeys(s.image_topics + s.compressed_topics):
+            compressed = topic in s.compressed_topics or topic.endswith("/compressed")
+            msg_type = CompressedImage if compressed else Image
+            camera = self.resolve_topic_name(topic)
+            sub = self.create_subscription(
+                msg_type, topic, lambda msg, c=camera, z=compressed: self.image_callback(msg, c, z),
+                QOS[s.camera_qos], callback_group=camera_group,
+            )
+            self._subscriptions_.append(sub)
+            log.info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")
+
+        service_group = ReentrantCallbackGroup()
+        self.create_service(AskVideo, "~/ask", self.ask_callback, callback_group=service_group)
+        self.create_service(Trigger, "~/reset", self.reset_callback, callback_group=service_group)
+        self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
+        self.create_timer(s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup())
+        mem = self.settings.memory
+        log.info(
+            f"ready: policy {mem.policy}, {adapter.tokens_per_frame} tokens/frame, budget {mem.budget_tokens} tokens "
+            f"resident + {self.engine.stats().budget_offload_bytes} bytes offload, sample_fps {self.settings.sampler.sample_fps}"
+        )
+
+    # --- cameras ----------------------------------------------------------
+    def image_callback(self, msg, camera: str, compressed: bool) -> None:
+        """Decode, sample by header stamp, queue for the model worker; never runs the model."""
+        self._count("received")
+        try:
+            rgb = conversions.compressed_to_rgb(msg) if compressed else conversions.image_to_rgb(msg)
+        except ImageDecodeError as exc:
+            self._drop(exc.reason, f"dropped a frame from {camera}: {exc}")
+            return
+        stamp_ns = conversions.time_to_ns(msg.header.stamp)
+        if stamp_ns == 0:  # unstamped driver: fall back to the node clock (sim time aware)
+            stamp_ns = self.get_clock().now().nanoseconds
+        decision = self.sampler.offer(camera, stamp_ns)
+        if decision.name == "STALE":
+            self._drop("stale", f"dropped a frame from {camera}: stamp older than the last sampled one")
+            return
+        if not decision.admitted:
+            return
+        if decision.name == "RESET":
+            self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
+        self._count("sampled")
+        if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):
+            self._drop("queue_full", "frame queue full: dropped the oldest frame (model slower than sample_fps)")
+
+    def _ingest_error(self, exc: Exception) -> None:
+        self._drop("ingest_error", f"the model failed on a frame: {exc!r}")
+
+    # --- services ---------------------------------------------------------
+    def ask_callback(self, request, response):
+        """Answer from memory; any refusal is success=false with the reason, the memory untouched."""
+        try:
+            question = conversions.request_to_question(request, self._resolve_camera)
+            future = self.worker.ask(question)
+            answer = future.result(timeout=self.settings.node.question_timeout_s)
+        except (RequestError, WorkerBusy, WorkerStopped) as exc:
+            return self._refuse(response, str(exc))
+        except FutureTimeout:
+            future.cancel()
+            return self._refuse(response, f"no answer within question_timeout_s ({self.settings.node.question_timeout_s} s)")
+        except Exception as exc:  # the node keeps running whatever the model raised
+            self.get_logger().error(f"question failed: {exc!r}")
+            return self._refuse(response, f"internal error: {exc}")
+        self._count("answered")
+        return conversions.fill_response(response, answer)
+
+    def reset_callback(self, request, response):
+        """Forget every frame (queued ones too)."""
+        try:
+            self.worker.reset().result(timeout=self.settings.node.question_timeout_s)
+            self.sampler.reset()
+        except (WorkerBusy, WorkerStopped, FutureTimeout) as exc:
+            response.success, response.message = False, f"reset not done: {exc or 'timeout'}"
+            return response
+        self.get_logger().info("memory reset")
+        response.success, response.message = True, "memory cleared"
+        return response
+
+    def stats_callback(self) -> None:
+        """Publish ~/memory_stats (node clock, so it follows use_sim_time)."""
+        msg = MemoryStats()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        with self._lock:
+            counters = dict(self._counters)
+        s = self.settings.node
+        conversions.fill_stats(msg, self.engine.stats(), counters, self.worker.queue_depth, s.model, str(self.engine.adapter.device))
+        self._stats_pub.publish(msg)
+
+    # --- helpers ----------------------------------------------------------
+    def _resolve_camera(self, name: str) -> str:
+        try:
+            return self.resolve_topic_name(name)
+        except Exception:  # an invalid topic name matches no camera; the engine says so
+            return name
+
+    def _refuse(self, response, message: str):
+        self._count("failed")
+        response.success = False
+        response.message = message
+        response.option_index = -1
+        return response
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._counters[key] += 1
+
+    def _drop(self, reason: str, message: str) -> None:
+        with self._lock:
+            self._counters["dropped"] += 1
+            self._drop_reasons[reason] = self._drop_reasons.get(reason, 0) + 1
+        self.get_logger().warn(message, throttle_duration_sec=WARN_THROTTLE_S)
+
+    def destroy_node(self) -> None:
+        """Join the worker and release device memory before the node goes."""
+        self.worker.stop()
+        self.engine.close()
+        super().destroy_node()
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    node = None
+    code = 0
+    try:
+        node = VideoKVNode()
+        executor = MultiThreadedExecutor(num_threads=4 + node.settings.node.max_pending_questions)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except (ConfigError, ModelLoadError) as exc:
+        rclpy.logging.get_logger("videokv").fatal(f"cannot start: {exc}")
+        code = 1
+    finally:
+        # A second Ctrl-C must not interrupt the cleanup half-way (the worker join is bounded).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Publish the synthetic scene (``videokv_node.synthetic``) as a camera: for the demo and tests.
+
+    python -m videokv_node.ros.synthetic_camera --topic camera/front --frames 120 --fps 4 --rate 10
+
+Header stamps are ``start_ns + i / fps`` (scene time), published ``rate`` times
+faster than real time; the stamps, not the publishing times, are what the
+memory samples by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import rclpy
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CompressedImage, Image
+
+from videokv_node.ingest.image_decode import encode_compressed_image, encode_raw_image
+from videokv_node.ros.conversions import ns_to_time
+from videokv_node.synthetic import SyntheticScene, default_scenario
+
+
+def image_msg(rgb, stamp_ns: int, frame_id: str = "camera") -> Image:
+    fields = encode_raw_image(rgb, "rgb8")
+    msg = Image()
+    msg.header.stamp = ns_to_time(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width, msg.encoding = fields["height"], fields["width"], fields["encoding"]
+    msg.step, msg.is_bigendian, msg.data = fields["step"], 0, fields["data"]
+    return msg
+
+
+def compressed_msg(rgb, stamp_ns: int, frame_id: str = "camera") -> CompressedImage:
+    fmt, data = encode_compressed_image(rgb, "jpeg")
+    msg = CompressedImage()
+    msg.header.stamp = ns_to_time(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.format, msg.data = fmt, data
+    return msg
+
+
+def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, start_ns: int, compressed: bool = False) -> int:
+    """Publish ``frames`` frames of the default scenario; returns how many were published."""
+    msg_type = CompressedImage if compressed else Image
+    # Reliable: a test or demo must not lose frames to the network, only to the node's own sampling.
+    pub = node.create_publisher(msg_type, topic, QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    deadline = time.monotonic() + 10.0
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # The reader matches this writer a moment after this writer matched it; a best-effort
+    # (sensor_data) reader would drop what arrives before that.
+    time.sleep(1.0)
+    scene = SyntheticScene(fps=fps, scenario=default_scenario(frames))
+    period = 1.0 / (fps * rate) if rate > 0 else 0.0
+    for stamp_ns, rgb, _ in scene.frames(frames, start_stamp_ns=start_ns):
+        pub.publish(compressed_msg(rgb, stamp_ns) if compressed else image_msg(rgb, stamp_ns))
+        if period:
+            time.sleep(period)
+    return frames
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topic", default="image")
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--fps", type=float, default=4.0, help="scene frames per second (stamp spacing)")
+    parser.add_argument("--rate", type=float, default=10.0, help="real-time factor; 0 = as fast as possible")
+    parser.add_argument("--start-ns", type=int, default=0, help="stamp of frame 0; 0 = the node clock now")
+    parser.add_argument("--compressed", action="store_true")
+    args, ros_args = parser.parse_known_args(argv)
+    rclpy.init(args=ros_args)
+    node = Node("synthetic_camera")
+    try:
+        start = args.start_ns or node.get_clock().now().nanoseconds
+        n = publish_scene(node, args.topic, args.frames, args.fps, args.rate, start, args.compressed)
+        time.sleep(0.5)  # let reliable delivery finish before the publisher goes
+        node.get_logger().info(f"published {n} frames on {args.topic}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

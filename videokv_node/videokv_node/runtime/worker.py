@@ -1,0 +1,148 @@
+"""The model worker: the only thread that touches the model.
+
+Subscription callbacks must never run inference (frames would pile up in DDS
+and be dropped silently), so frames go into a bounded queue and one worker
+thread feeds them to the engine. Questions and resets go into a separate queue
+that the worker always serves first: a question waits at most for the frame
+being encoded, never for the frame queue behind it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.question import Answer, Frame, Question
+
+
+class WorkerBusy(RuntimeError):
+    """Too many questions are already waiting; the caller should retry later."""
+
+
+class WorkerStopped(RuntimeError):
+    """The worker was stopped (node shutting down) before the job ran."""
+
+
+@dataclass(slots=True)
+class _Job:
+    run: Callable[[], Any]
+    future: Future
+
+
+class ModelWorker:
+    """Owns an engine and serialises every use of it.
+
+    Invariants: the frame queue never holds more than ``queue_size`` frames
+    (the oldest is dropped and counted when a new one arrives); at most
+    ``max_pending_jobs`` questions/resets wait; after ``stop()`` returns the
+    thread has exited and every pending future is failed with WorkerStopped.
+    """
+
+    def __init__(
+        self,
+        engine: VideoMemoryEngine,
+        queue_size: int = 8,
+        max_pending_jobs: int = 4,
+        on_ingest_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        if queue_size <= 0 or max_pending_jobs <= 0:
+            raise ValueError("queue_size and max_pending_jobs must be > 0")
+        self.engine = engine
+        self.queue_size = queue_size
+        self.max_pending_jobs = max_pending_jobs
+        self._frames: deque[Frame] = deque()
+        self._jobs: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._on_ingest_error = on_ingest_error
+        self.frames_overflowed = 0  # dropped from a full queue; written under _cond
+        self.frames_failed = 0  # raised inside the engine; written by the worker thread only
+        self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
+        self._thread.start()
+
+    # --- producers (any thread) -------------------------------------------
+    def submit_frame(self, frame: Frame) -> bool:
+        """Queue a frame; returns False if an older frame had to be dropped to make room."""
+        with self._cond:
+            if self._stopping:
+                raise WorkerStopped("worker stopped")
+            dropped = len(self._frames) >= self.queue_size
+            if dropped:
+                self._frames.popleft()
+                self.frames_overflowed += 1
+            self._frames.append(frame)
+            self._cond.notify()
+        return not dropped
+
+    def ask(self, question: Question, on_token: Callable[[str], None] | None = None) -> Future:
+        """Queue a question ahead of all frames; the future resolves to an Answer or raises RequestError."""
+        return self._submit(lambda: self.engine.ask(question, on_token=on_token))
+
+    def reset(self) -> Future:
+        """Drop queued frames and forget the memory, in order with questions."""
+
+        def _reset() -> None:
+            with self._cond:
+                self._frames.clear()
+            self.engine.reset()
+
+        return self._submit(_reset)
+
+    def _submit(self, run: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        with self._cond:
+            if self._stopping:
+                raise WorkerStopped("worker stopped")
+            if len(self._jobs) >= self.max_pending_jobs:
+                raise WorkerBusy(f"{len(self._jobs)} requests already waiting (max_pending_questions)")
+            self._jobs.append(_Job(run, future))
+            self._cond.notify()
+        return future
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._frames)
+
+    # --- the worker thread ------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._jobs or self._frames or self._stopping):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                job = self._jobs.popleft() if self._jobs else None
+                frame = None if job else self._frames.popleft()
+            if job is not None:
+                if job.future.set_running_or_notify_cancel():
+                    try:
+                        job.future.set_result(job.run())
+                    except BaseException as exc:  # delivered to the caller, never kills the worker
+                        job.future.set_exception(exc)
+                continue
+            try:
+                self.engine.ingest([frame])
+            except Exception as exc:  # a bad frame must not stop the memory
+                self.frames_failed += 1
+                if self._on_ingest_error:
+                    self._on_ingest_error(exc)
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Stop after the current job; fail what is still queued."""
+        with self._cond:
+            self._stopping = True
+            pending, self._jobs = list(self._jobs), deque()
+            self._frames.clear()
+            self._cond.notify_all()
+        for job in pending:
+            job.future.set_exception(WorkerStopped("node shutting down"))
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
