@@ -14,6 +14,9 @@ SHELL := /bin/bash
 # Per-test limit in seconds (pytest-timeout); override: make test TEST_TIMEOUT=600.
 TEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
+# make demo MODEL=/path/to/llava-onevision-qwen2-0.5b-ov-hf POLICY=full
+MODEL ?= tiny
+POLICY ?= rekv
 
 .PHONY: setup build test demo bench clean distclean
 
@@ -27,7 +30,7 @@ test: build
 	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS) tests
 
 demo: build
-	. ./env.sh && python -m videokv_node.ros.demo
+	. ./env.sh && python -m videokv_node.ros.demo --model $(MODEL) --policy $(POLICY)
 
 bench: build
 	. ./env.sh && python -m bench.run

@@ -7,10 +7,11 @@
 # setup.py/setup.cfg, the launch/ and config/ files and the venv's requirements stamp.
 #
 # --symlink-install: colcon links the installed launch/config files and the python
-# package back to the sources, so edits to them need no rebuild (a new file does, and
-# the hash sees it). It needs setuptools < 80 (`setup.py develop`), which
-# requirements/base.txt pins. env.sh does not rely on it for the python code anyway: it
-# puts the source tree videokv_node/ first on PYTHONPATH.
+# package back to the sources, so edits to them need no rebuild (a new launch/config
+# file does, and the hash sees it). It needs setuptools < 80 (`setup.py develop`),
+# which requirements/base.txt pins. env.sh does not rely on it for the python code: it
+# puts the source tree videokv_node/ first on PYTHONPATH, so the python package is not
+# an input of this build at all.
 #
 # Set VIDEOKV_FORCE_BUILD=1 to build regardless of the stamp.
 set -euo pipefail

@@ -3,7 +3,7 @@
 # Python dependencies, ROS 2 Jazzy from PyPI wheels, colcon. Idempotent: a second run
 # with unchanged requirements/ files only checks a stamp and returns.
 #
-# Needs: python3 (3.10+) with venv and its C headers, cmake (3.14+), g++; no sudo.
+# Needs: python3 (3.10+) with venv and its C headers, cmake, g++, make; no sudo.
 # The ROS wheels' CMake files carry their build machine's include paths; they are
 # rewritten below to this interpreter's (see shared PLATFORM notes).
 set -euo pipefail

@@ -59,11 +59,12 @@ def main(argv=None) -> int:
         "sample_fps": 1.0,
         "queue_size": 64,
         "memory.policy": args.policy,
-        "memory.budget_tokens": 16384,
-        "memory.local_window_tokens": 1024,
-        "memory.retrieve_frames": 6,
         "max_new_tokens": 24,
     }
+    if args.model == "tiny":
+        # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
+        # per-layer retrieval (16 tokens per frame: window 8 frames, ~18 frames resident, 4 retrieved).
+        params.update({"memory.budget_tokens": 400, "memory.local_window_tokens": 128, "memory.retrieve_frames": 4})
     print(f"videokv demo: model {args.model!r}, policy {args.policy}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}")
     if args.model == "tiny":
         print(
