@@ -9,6 +9,7 @@ Here the stream is thousands of frames and the peaks are read from
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from videokv_node.memory import GenerationConfig, MemoryConfig, VideoMemoryEngine
@@ -91,6 +92,4 @@ def _rss_mib() -> float:
     """This process's current resident set size (Linux /proc), in MiB."""
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
-    import os
-
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20

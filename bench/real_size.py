@@ -101,6 +101,7 @@ class RealSizeResult:
     n_params: int
     geometry: KVGeometry
     tokens_per_frame: int
+    sink_tokens: int  # prompt tokens before the first frame (byte-level: ~4x a BPE tokenizer's count)
     config: MemoryConfig
     n_frames: int  # frames streamed
     vision: Summary  # per frame, frames 2..n (the first is warm-up)
@@ -135,6 +136,7 @@ def run(n_frames: int, repeats: int, seed: int, log=print) -> RealSizeResult:
         n_params=sum(p.numel() for p in adapter.model.parameters()),
         geometry=adapter.geometry,
         tokens_per_frame=per_frame,
+        sink_tokens=sink,
         config=config,
         n_frames=n_frames,
         vision=Summary.of(samples.vision_s[1:]),

@@ -69,7 +69,8 @@ class QuestionTiming:
     ttft: Summary  # question start -> first token (option scores for multiple choice)
     total: Summary  # question start -> answer complete
     tokens_out: int  # tokens generated (1 for multiple choice); a random model may stop early at end-of-turn
-    context_tokens: int  # tokens each layer attended to, sink included
+    context_tokens: int  # memory tokens each layer attended to, sink included
+    question_tokens: int  # prompt tokens after the memory: question, options, assistant turn opening
 
 
 def time_question(engine: VideoMemoryEngine, question: Question, warmup: int, repeats: int) -> QuestionTiming:
@@ -82,8 +83,9 @@ def time_question(engine: VideoMemoryEngine, question: Question, warmup: int, re
         ttft.append(answer.ttft_s)
         total.append(answer.total_s)
         tokens.append(counter.n)
+    n_question = len(engine.adapter.question_ids(question.text, question.options))
     return QuestionTiming(
-        Summary.of(ttft[warmup:]), Summary.of(total[warmup:]), tokens[-1], answer.n_context_tokens
+        Summary.of(ttft[warmup:]), Summary.of(total[warmup:]), tokens[-1], answer.n_context_tokens, n_question
     )
 
 

@@ -6,6 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+# The tiny models are far too small for intra-op parallelism to pay; one thread per process
+# also keeps the node subprocesses of the integration tests from oversubscribing 2 cores.
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "videokv_node"))

@@ -31,6 +31,7 @@ RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 @pytest.fixture(scope="module")
 def ros():
     env = isolated_ros_env()
+    env["OMP_NUM_THREADS"] = "1"  # tiny model: threads only contend with this process on 2 cores
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     ctx = Context()
@@ -181,6 +182,7 @@ def test_memory_stays_bounded_under_a_high_rate_stream(ros):
     params = {
         "model": "tiny",
         "image_topics": ["fast_cam"],
+        "camera_qos": "reliable",
         "sample_fps": 0.0,
         "queue_size": 4,
         "stats_period_s": 0.1,
@@ -195,8 +197,9 @@ def test_memory_stays_bounded_under_a_high_rate_stream(ros):
         wait_subscribed(pub)
         img = frame(0, 8, 8)
         n = 2000
-        for i in range(n):
+        for i in range(n):  # ~1 kHz: far above what the model ingests, paced so DDS itself keeps up
             pub.publish(image_msg(img, NS + i * NS // 100))
+            time.sleep(0.001)
         time.sleep(2.0)
         stats = client.wait_stats(
             lambda s: s.queue_depth == 0 and s.frames_ingested + s.frames_dropped == s.frames_received, timeout=120
@@ -208,8 +211,8 @@ def test_memory_stays_bounded_under_a_high_rate_stream(ros):
             assert s.bytes_offloaded <= s.budget_offload_bytes
             assert s.frames_in_memory + s.frames_evicted == s.frames_ingested
             assert s.frames_received <= n
-        # Best-effort camera QoS may lose some frames in DDS; many must arrive and overflow a queue of 4.
-        assert stats.frames_received > 100, stats
+        # DDS may lose a few frames of a burst on a loaded machine; most must arrive and overflow a queue of 4.
+        assert stats.frames_received > n // 4, stats
         assert stats.frames_dropped > 0, "a burst into a queue of 4 must overflow, counted"
         assert stats.frames_evicted > 0 and stats.tokens_offloaded > 0
         assert client.ask("What did you see?", max_new_tokens=2).success

@@ -25,7 +25,7 @@ from videokv_interfaces.msg import MemoryStats
 from videokv_interfaces.srv import AskVideo
 
 from videokv_node.ingest.image_decode import ImageDecodeError
-from videokv_node.ingest.sampler import FrameSampler
+from videokv_node.ingest.sampler import FrameSampler, SampleDecision
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, RequestError
@@ -98,12 +98,12 @@ class VideoKVNode(Node):
         if stamp_ns == 0:  # unstamped driver: fall back to the node clock (sim time aware)
             stamp_ns = self.get_clock().now().nanoseconds
         decision = self.sampler.offer(camera, stamp_ns)
-        if decision.name == "STALE":
+        if decision is SampleDecision.STALE:
             self._drop("stale", f"dropped a frame from {camera}: stamp older than the last sampled one")
             return
         if not decision.admitted:
             return
-        if decision.name == "RESET":
+        if decision is SampleDecision.RESET:
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
         if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.question import Answer, Frame, Question
+from videokv_node.memory.question import Frame, Question
 
 
 class WorkerBusy(RuntimeError):

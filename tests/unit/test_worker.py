@@ -1,0 +1,124 @@
+"""The model worker's scheduling: questions before queued frames, bounded queues, clean stop."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from videokv_node.memory.question import Frame, Question, RequestError
+from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
+
+
+class RecordingEngine:
+    """Records the order of calls; ``gate`` holds the first ingest until the test releases it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def ingest(self, frames):
+        self.started.set()
+        self.gate.wait(10)
+        for f in frames:
+            if f.camera == "bad":
+                raise ValueError("broken frame")
+            self.calls.append(f"frame {f.stamp_ns}")
+
+    def ask(self, question, on_token=None):
+        if not question.text:
+            raise RequestError("question is empty")
+        self.calls.append(f"ask {question.text}")
+        return question.text.upper()
+
+    def reset(self):
+        self.calls.append("reset")
+
+
+def frame(stamp: int, camera: str = "cam") -> Frame:
+    return Frame(camera, stamp, np.zeros((2, 2, 3), np.uint8))
+
+
+def test_question_waits_only_for_the_frame_being_ingested():
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=10)
+    try:
+        for stamp in range(5):
+            worker.submit_frame(frame(stamp))
+        assert engine.started.wait(5)  # frame 0 is being ingested, 1..4 wait in the queue
+        answer = worker.ask(Question("where"))
+        engine.gate.set()
+        assert answer.result(5) == "WHERE"
+        worker.reset().result(5)
+        assert engine.calls[:2] == ["frame 0", "ask where"]
+    finally:
+        worker.stop()
+
+
+def test_full_queue_drops_the_oldest_frame_and_counts_it():
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=2)
+    try:
+        worker.submit_frame(frame(0))
+        assert engine.started.wait(5)
+        results = [worker.submit_frame(frame(s)) for s in (1, 2, 3, 4)]
+        assert results == [True, True, False, False] and worker.frames_overflowed == 2
+        assert worker.queue_depth == 2
+        engine.gate.set()
+        worker.ask(Question("done")).result(5)
+        worker.reset().result(5)  # after the question: frames 3 and 4 may or may not have run yet
+        assert engine.calls[0] == "frame 0" and "frame 1" not in engine.calls and "frame 2" not in engine.calls
+    finally:
+        worker.stop()
+
+
+def test_too_many_waiting_questions_are_refused_and_errors_reach_the_caller():
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=2, max_pending_jobs=2)
+    try:
+        worker.submit_frame(frame(0))
+        assert engine.started.wait(5)
+        first, second = worker.ask(Question("a")), worker.ask(Question(""))
+        with pytest.raises(WorkerBusy):
+            worker.ask(Question("c"))
+        engine.gate.set()
+        assert first.result(5) == "A"
+        with pytest.raises(RequestError, match="empty"):
+            second.result(5)
+    finally:
+        worker.stop()
+
+
+def test_a_failing_frame_is_counted_and_the_worker_goes_on():
+    engine = RecordingEngine()
+    engine.gate.set()
+    errors = []
+    worker = ModelWorker(engine, queue_size=4, on_ingest_error=errors.append)
+    try:
+        worker.submit_frame(frame(0, camera="bad"))
+        worker.submit_frame(frame(1))
+        worker.ask(Question("ok")).result(5)
+        worker.reset().result(5)
+        assert worker.frames_failed == 1 and len(errors) == 1 and "frame 1" in engine.calls
+        assert worker.alive
+    finally:
+        worker.stop()
+
+
+def test_stop_fails_pending_requests_and_joins():
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=2)
+    worker.submit_frame(frame(0))
+    assert engine.started.wait(5)
+    pending = worker.ask(Question("never"))
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    with pytest.raises(WorkerStopped):
+        pending.result(5)
+    engine.gate.set()
+    stopper.join(10)
+    assert not worker.alive
+    with pytest.raises(WorkerStopped):
+        worker.submit_frame(frame(1))
