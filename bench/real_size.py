@@ -113,20 +113,25 @@ class RealSizeResult:
     stats: EngineStats  # after the stream
 
 
-def run(n_frames: int, repeats: int, seed: int, log=print) -> RealSizeResult:
-    t0 = time.perf_counter()
-    torch.manual_seed(seed)
-    adapter = build_adapter(seed)
-    build_s = time.perf_counter() - t0
-    log(f"  real-size model built in {build_s:.1f} s")
+def memory_config(adapter: LlavaOnevisionAdapter) -> MemoryConfig:
+    """rekv with an 8-frame window, 12 frames resident and a 1 GiB host arena."""
     per_frame, sink = adapter.tokens_per_frame, len(adapter.prefix_ids())
-    config = MemoryConfig(
+    return MemoryConfig(
         policy="rekv",
         budget_tokens=sink + RESIDENT_FRAMES * per_frame,
         offload_bytes=OFFLOAD_BYTES,
         local_window_tokens=WINDOW_FRAMES * per_frame,
         retrieve_frames=RETRIEVE_FRAMES,
     )
+
+
+def run(n_frames: int, repeats: int, seed: int, log=print) -> RealSizeResult:
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    adapter = build_adapter(seed)
+    build_s = time.perf_counter() - t0
+    log(f"  real-size model built in {build_s:.1f} s")
+    config = memory_config(adapter)
     engine = VideoMemoryEngine(adapter, config, GenerationConfig())
     samples = ingest_stream(engine, stream(n_frames, seed), on_frame=lambda i: log(f"  frame {i + 1}/{n_frames}"))
     # Frame k (1-based) attends to min(k - 1, window) earlier frames: steady state from frame window + 1.
@@ -135,8 +140,8 @@ def run(n_frames: int, repeats: int, seed: int, log=print) -> RealSizeResult:
         build_s=build_s,
         n_params=sum(p.numel() for p in adapter.model.parameters()),
         geometry=adapter.geometry,
-        tokens_per_frame=per_frame,
-        sink_tokens=sink,
+        tokens_per_frame=adapter.tokens_per_frame,
+        sink_tokens=len(adapter.prefix_ids()),
         config=config,
         n_frames=n_frames,
         vision=Summary.of(samples.vision_s[1:]),

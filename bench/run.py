@@ -65,8 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer frames and repeats (about 1-2 minutes)")
-    parser.add_argument("--out", default="docs/BENCHMARKS.md",
-                        help="markdown file whose results section is rewritten (relative to the repo root); '-' prints it")
+    parser.add_argument(
+        "--out", default="docs/BENCHMARKS.md",
+        help="markdown file whose results section is rewritten (relative to the repo root); '-' prints it",
+    )
     parser.add_argument("--json", default=None, help="also write every measurement as JSON to this path")
     parser.add_argument("--seed", type=int, default=0, help="seed of the models' weights and the synthetic scene")
     return parser.parse_args(argv)
@@ -83,14 +85,25 @@ def run_tiny(plan: Plan, seed: int) -> tuple[list[tiny.TinyCase], LlavaOnevision
     return cases, adapter
 
 
-def timed_part(name: str, part_s: dict[str, float], fn, *args):
-    """Run one part, logging and recording its wall time."""
-    log(f"{name} ...")
-    t0 = time.perf_counter()
-    out = fn(*args)
-    part_s[name] = time.perf_counter() - t0
-    log(f"{name}: {part_s[name]:.0f} s")
-    return out
+def run_bound(adapter: LlavaOnevisionAdapter, plan: Plan, seed: int) -> list[bound.BoundResult]:
+    return [bound.run(adapter, policy, plan.bound_frames, seed) for policy in POLICIES]
+
+
+class Parts:
+    """Wall time (perf_counter) and this process's CPU time (process_time) of each part, by name."""
+
+    def __init__(self) -> None:
+        self.wall_s: dict[str, float] = {}
+        self.cpu_s: dict[str, float] = {}
+
+    def run(self, name: str, fn, *args):
+        log(f"{name} ...")
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(*args)
+        self.wall_s[name] = time.perf_counter() - t0
+        self.cpu_s[name] = time.process_time() - c0
+        log(f"{name}: {self.wall_s[name]:.0f} s wall, {self.cpu_s[name]:.0f} s CPU")
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,16 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     torch.manual_seed(args.seed)
     machine = describe(REPO)
-    part_s: dict[str, float] = {}
-    cases, adapter = timed_part("tiny model", part_s, run_tiny, plan, args.seed)
+    if machine.load_start[0] > machine.cores:
+        log(f"warning: load average {machine.load_start[0]:.2f} on {machine.cores} cores; timings will be inflated")
+    parts = Parts()
+    cases, adapter = parts.run("tiny model", run_tiny, plan, args.seed)
     # Before the real-size part, so the RSS figures are the tiny model's process alone.
-    bounds = timed_part("memory bound", part_s, lambda: [
-        bound.run(adapter, policy, plan.bound_frames, args.seed) for policy in POLICIES])
-    real = timed_part("real-size model", part_s, real_size.run, plan.real_frames, plan.real_repeats, args.seed, log)
+    bounds = parts.run("memory bound", run_bound, adapter, plan, args.seed)
+    real = parts.run("real-size model", real_size.run, plan.real_frames, plan.real_repeats, args.seed, log)
     command = "python -m bench.run" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     result = Run(
         command=command, quick=args.quick, seed=args.seed, machine=machine, load_end=os.getloadavg(),
-        part_s=part_s, tiny=cases, tiny_geometry_bytes=(adapter.tokens_per_frame, adapter.geometry.bytes_per_token),
+        part_s=parts.wall_s, part_cpu_s=parts.cpu_s, tiny=cases,
+        tiny_geometry_bytes=(adapter.tokens_per_frame, adapter.geometry.bytes_per_token),
         real=real, bound=bounds,
     )
     section = render(result)

@@ -22,7 +22,7 @@ class MemoryConfig:
     offload_bytes: int = 1 << 30  # cap on host RAM for offloaded KV blocks, allocated once at start
     local_window_tokens: int = 2048  # tokens of recent frames each new frame attends to while encoding
     retrieve_frames: int = 8  # frame blocks retrieved per layer for a question (besides the recent ones)
-    page_tokens: int = 16  # allocation unit of the host arena, in tokens
+    page_tokens: int = 4  # host arena allocation unit, in tokens: divides 196 (LLaVA-OV) and 16 (tiny) exactly
     max_question_tokens: int = 512  # longer questions are refused
 
     def __post_init__(self) -> None:

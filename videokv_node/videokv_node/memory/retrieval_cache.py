@@ -45,16 +45,20 @@ class Sink:
 def place_layer(
     adapter: VideoLLMAdapter, store: BlockStore, sink: Sink, blocks: Sequence[FrameBlock], layer: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer's sink + blocks at consecutive positions -> (1, H, S + sum T, D) K and V."""
-    keys, values = [sink.keys[layer]], [sink.values[layer]]
-    start = sink.n_tokens
-    for block in blocks:
-        k, v = store.layer_kv(block, layer)  # (H, T, D)
-        target = torch.arange(start, start + block.n_tokens)
-        keys.append(adapter.rotate_keys(k, target - block.positions))
-        values.append(v)
-        start += block.n_tokens
-    return torch.cat(keys, dim=1)[None], torch.cat(values, dim=1)[None]
+    """One layer's sink + blocks at consecutive positions -> (1, H, S + sum T, D) K and V.
+
+    All blocks are rotated in one call over their concatenated keys: per-block
+    calls made placement cost grow with Python overhead per block (docs/BENCHMARKS.md).
+    """
+    if not blocks:
+        return sink.keys[layer][None], sink.values[layer][None]
+    kvs = [store.layer_kv(block, layer) for block in blocks]  # each (H, T, D)
+    stored = torch.cat([block.positions for block in blocks])  # (N,) positions the keys carry
+    target = torch.arange(sink.n_tokens, sink.n_tokens + stored.numel())
+    moved = adapter.rotate_keys(torch.cat([k for k, _ in kvs], dim=1), target - stored)  # (H, N, D)
+    keys = torch.cat([sink.keys[layer], moved], dim=1)
+    values = torch.cat([sink.values[layer]] + [v for _, v in kvs], dim=1)
+    return keys[None], values[None]
 
 
 def placed_cache(

@@ -144,7 +144,9 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
         """RGB uint8 (H, W, 3) frames -> (F, 3, S, S) normalised pixels on the model's device.
 
         Video frames are resized to the square tower size without keeping the
-        aspect ratio, as the LLaVA-OneVision video processor does.
+        aspect ratio, as the LLaVA-OneVision video processor does. Choice: bilinear
+        with antialiasing in torch, on the model's device, where the transformers
+        processor resamples bicubically on the CPU; the difference is sub-pixel.
         """
         out = []
         for rgb in frames:

@@ -15,6 +15,7 @@ import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import rclpy
+import torch
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
@@ -50,6 +51,8 @@ class VideoKVNode(Node):
         self.settings: Settings = declare_and_read(self)
         s = self.settings.node
         log = self.get_logger()
+        if s.torch_threads > 0:
+            torch.set_num_threads(s.torch_threads)
         log.info(f"loading model {s.model!r} on device {s.device!r}")
         adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
         self.engine = VideoMemoryEngine(adapter, self.settings.memory, self.settings.generation)
@@ -62,7 +65,7 @@ class VideoKVNode(Node):
         self._lock = threading.Lock()
 
         camera_group = MutuallyExclusiveCallbackGroup()
-        self._subscriptions_ = []
+        self._camera_subscriptions = []
         for topic in dict.fromkeys(s.image_topics + s.compressed_topics):
             compressed = topic in s.compressed_topics or topic.endswith("/compressed")
             msg_type = CompressedImage if compressed else Image
@@ -71,7 +74,7 @@ class VideoKVNode(Node):
                 msg_type, topic, lambda msg, c=camera, z=compressed: self.image_callback(msg, c, z),
                 QOS[s.camera_qos], callback_group=camera_group,
             )
-            self._subscriptions_.append(sub)
+            self._camera_subscriptions.append(sub)
             log.info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")
 
         service_group = ReentrantCallbackGroup()

@@ -29,6 +29,7 @@ class NodeSettings:
     device: str = "auto"  # auto, cpu, cuda:N
     dtype: str = "auto"  # auto, float32, float16, bfloat16
     seed: int = 0  # seed of the tiny model's random weights
+    torch_threads: int = 0  # intra-op CPU threads for torch; 0 = torch's default (all cores)
     image_topics: tuple[str, ...] = ("image",)  # sensor_msgs/Image topics, one per camera
     compressed_topics: tuple[str, ...] = ()  # topics of sensor_msgs/CompressedImage (also: names ending in /compressed)
     camera_qos: str = "sensor_data"  # QoS of the camera subscriptions
@@ -64,6 +65,7 @@ _DESCRIPTIONS = {
     "device": "auto (first CUDA device, else CPU), cpu or cuda:N",
     "dtype": "auto (bf16/fp16 on GPU, fp32 on CPU), float32, float16 or bfloat16",
     "seed": "seed of the tiny model's random weights",
+    "torch_threads": "intra-op CPU threads for torch; 0 = torch's default (all cores); limit it on a shared robot CPU",
     "image_topics": "sensor_msgs/Image topics, one per camera (remappable)",
     "compressed_topics": "sensor_msgs/CompressedImage topics (topics ending in /compressed are compressed too)",
     "camera_qos": "QoS of camera subscriptions: sensor_data (best effort), reliable or system_default",
@@ -112,7 +114,7 @@ def _descriptor(name: str, default: object) -> ParameterDescriptor:
     if isinstance(default, bool):
         return d
     if isinstance(default, int):
-        lo = 0 if name in ("memory.offload_bytes", "memory.retrieve_frames", "seed") else 1
+        lo = 0 if name in ("memory.offload_bytes", "memory.retrieve_frames", "seed", "torch_threads") else 1
         d.integer_range = [IntegerRange(from_value=lo, to_value=INT64_MAX, step=0)]
     elif isinstance(default, float) and name != "sample_fps":
         d.floating_point_range = [FloatingPointRange(from_value=0.0, to_value=1e9, step=0.0)]
