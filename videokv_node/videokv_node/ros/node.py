@@ -65,6 +65,10 @@ class VideoKVNode(Node):
         self._lock = threading.Lock()
 
         camera_group = MutuallyExclusiveCallbackGroup()
+        qos = QOS[s.camera_qos]
+        if s.camera_qos_depth > 0:
+            qos = QoSProfile(history=qos.history, depth=s.camera_qos_depth, reliability=qos.reliability,
+                             durability=qos.durability)
         self._camera_subscriptions = []
         for topic in dict.fromkeys(s.image_topics + s.compressed_topics):
             compressed = topic in s.compressed_topics or topic.endswith("/compressed")
@@ -72,7 +76,7 @@ class VideoKVNode(Node):
             camera = self.resolve_topic_name(topic)
             sub = self.create_subscription(
                 msg_type, topic, lambda msg, c=camera, z=compressed: self.image_callback(msg, c, z),
-                QOS[s.camera_qos], callback_group=camera_group,
+                qos, callback_group=camera_group,
             )
             self._camera_subscriptions.append(sub)
             log.info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")

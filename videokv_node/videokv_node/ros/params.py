@@ -33,6 +33,7 @@ class NodeSettings:
     image_topics: tuple[str, ...] = ("image",)  # sensor_msgs/Image topics, one per camera
     compressed_topics: tuple[str, ...] = ()  # topics of sensor_msgs/CompressedImage (also: names ending in /compressed)
     camera_qos: str = "sensor_data"  # QoS of the camera subscriptions
+    camera_qos_depth: int = 0  # history depth of the camera subscriptions; 0 = the profile's (5 / 10)
     queue_size: int = 8  # frames waiting for the model; the oldest is dropped when full
     max_pending_questions: int = 4  # questions waiting for the model; more are refused
     question_timeout_s: float = 120.0  # a question not answered by then fails
@@ -69,6 +70,7 @@ _DESCRIPTIONS = {
     "image_topics": "sensor_msgs/Image topics, one per camera (remappable)",
     "compressed_topics": "sensor_msgs/CompressedImage topics (topics ending in /compressed are compressed too)",
     "camera_qos": "QoS of camera subscriptions: sensor_data (best effort), reliable or system_default",
+    "camera_qos_depth": "history depth of camera subscriptions; 0 = the profile's own (sensor_data 5, reliable 10)",
     "queue_size": "frames waiting for the model worker; the oldest is dropped (and counted) when full",
     "max_pending_questions": "questions waiting for the model; more are refused with success=false",
     "question_timeout_s": "seconds a question may wait and run before it fails",
@@ -114,7 +116,7 @@ def _descriptor(name: str, default: object) -> ParameterDescriptor:
     if isinstance(default, bool):
         return d
     if isinstance(default, int):
-        lo = 0 if name in ("memory.offload_bytes", "memory.retrieve_frames", "seed", "torch_threads") else 1
+        lo = 0 if name in ("memory.offload_bytes", "memory.retrieve_frames", "seed", "torch_threads", "camera_qos_depth") else 1
         d.integer_range = [IntegerRange(from_value=lo, to_value=INT64_MAX, step=0)]
     elif isinstance(default, float) and name != "sample_fps":
         d.floating_point_range = [FloatingPointRange(from_value=0.0, to_value=1e9, step=0.0)]
