@@ -263,3 +263,24 @@ def test_sim_time_drives_the_node_clock(ros):
         code = proc.stop()
         print(proc.output()[-4000:])
     assert code == 0, proc.output()
+
+
+@pytest.mark.parametrize(
+    "params, reason",
+    [
+        ({"memory.budget_tokens": 100, "memory.local_window_tokens": 50}, "must hold the prompt sink"),
+        ({"memory.policy": "lru"}, "memory.policy must be one of"),
+        ({"model": "/nonexistent/checkpoint"}, "neither 'tiny' nor a local checkpoint directory"),
+        ({"camera_qos": "fast"}, "camera_qos must be one of"),
+    ],
+)
+def test_bad_configuration_stops_the_node_with_a_clear_reason(ros, params, reason):
+    env, _ = ros
+    proc = NodeProcess({"model": "tiny", **params}, env, node_name="videokv_bad")
+    try:
+        proc.proc.wait(timeout=120)
+    finally:
+        code = proc.stop()
+    out = proc.output()
+    assert code == 1, out
+    assert "cannot start" in out and reason in out, out
