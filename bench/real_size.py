@@ -28,7 +28,7 @@ from transformers.initialization import no_init_weights
 
 from videokv_node.memory import EngineStats, GenerationConfig, MemoryConfig, VideoMemoryEngine
 from videokv_node.models.adapter import KVGeometry
-from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
+from videokv_node.models.llava_onevision import LlavaOnevisionAdapter, onevision_config
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 from bench.timing import Summary
@@ -42,42 +42,26 @@ OFFLOAD_BYTES = 1 << 30
 INIT_STD = 0.02
 
 
-def real_size_config(vocab_size: int, video_token_id: int, image_token_id: int) -> LlavaOnevisionConfig:
-    return LlavaOnevisionConfig(
-        text_config=dict(
-            model_type="qwen2",
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=14,
-            num_key_value_heads=2,
-            vocab_size=vocab_size,
-            max_position_embeddings=32768,
-            rope_theta=1_000_000.0,
-        ),
-        vision_config=dict(
-            model_type="siglip_vision_model",
-            hidden_size=1152,
-            intermediate_size=4304,
-            num_hidden_layers=27,
-            num_attention_heads=16,
-            image_size=384,
-            patch_size=14,
-        ),
-        vision_feature_layer=-1,
-        vision_feature_select_strategy="full",
-        video_token_id=video_token_id,
-        image_token_id=image_token_id,
+def real_size_config(tokenizer) -> LlavaOnevisionConfig:
+    """llava-onevision-qwen2-0.5b's shapes: Qwen2-0.5B decoder, SigLIP-so400m tower at 384 px."""
+    text = dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
     )
+    vision = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, image_size=384, patch_size=14)
+    return onevision_config(tokenizer, text, vision)
 
 
 @torch.no_grad()
 def build_adapter(seed: int) -> LlavaOnevisionAdapter:
     """The real-size model in float32 on the CPU, weights drawn from ``seed``."""
     tokenizer = build_tiny_tokenizer()
-    config = real_size_config(
-        len(tokenizer), tokenizer.convert_tokens_to_ids("<video>"), tokenizer.convert_tokens_to_ids("<image>")
-    )
+    config = real_size_config(tokenizer)
     with no_init_weights():  # buffers (rotary inv_freq, position ids) are still computed
         model = LlavaOnevisionForConditionalGeneration(config)
     generator = torch.Generator().manual_seed(seed)

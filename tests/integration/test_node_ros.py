@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -45,13 +46,23 @@ def ros():
             os.environ[k] = v
 
 
-def start_node(env, ctx, params, name):
+@contextmanager
+def running_node(ros, params: dict, name: str):
+    """The node as a process, a client of it and a peer node for publishers; the node must exit cleanly."""
+    env, ctx = ros
     proc = NodeProcess(params, env, node_name=name)
     client = MemoryClient(node_name=f"/{name}", context=ctx, client_name=f"{name}_client")
-    if not client.wait_ready(timeout=120):
-        proc.stop()
-        pytest.fail("node did not come up:\n" + proc.output())
-    return proc, client
+    peer = Node(f"{name}_peer", context=ctx)
+    try:
+        if not client.wait_ready(timeout=120):
+            pytest.fail("node did not come up:\n" + proc.output())
+        yield proc, client, peer
+    finally:
+        peer.destroy_node()
+        client.close()
+        code = proc.stop()
+        print(proc.output()[-4000:])  # shown by pytest when the test fails
+    assert code == 0, proc.output()
 
 
 def wait_subscribed(pub, timeout=20.0):
@@ -76,7 +87,6 @@ def bad_image(encoding="rgb8", width=8, height=8, step=24, data=b"\0" * 192, sta
 
 
 def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
-    env, ctx = ros
     params = {
         "model": "tiny",
         "image_topics": ["cam_a"],
@@ -92,9 +102,7 @@ def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
         "memory.max_question_tokens": 200,
         "max_new_tokens": 4,
     }
-    proc, client = start_node(env, ctx, params, "videokv_it")
-    cam = Node("fake_cameras", context=ctx)
-    try:
+    with running_node(ros, params, "videokv_it") as (proc, client, cam):
         pub_a = cam.create_publisher(Image, "/cam_a", RELIABLE)
         pub_b = cam.create_publisher(CompressedImage, "/cam_b/compressed", RELIABLE)
         wait_subscribed(pub_a)
@@ -167,17 +175,10 @@ def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
         pub_a.publish(image_msg(frame(7), 30 * NS))
         client.wait_stats(lambda s: s.frames_in_memory == 1, timeout=30)
         assert client.ask("And now?").success
-    finally:
-        cam.destroy_node()
-        client.close()
-        code = proc.stop()
-        print(proc.output()[-4000:])  # shown by pytest when the test fails
-    assert code == 0, proc.output()
 
 
 def test_memory_stays_bounded_under_a_high_rate_stream(ros):
     """2000 frames in a burst: each is ingested or dropped (counted) at the node's queue; memory stays capped."""
-    env, ctx = ros
     budget = 94 + 32 + 16 * 4  # sink + window + four frames of 16 tokens
     params = {
         "model": "tiny",
@@ -191,9 +192,7 @@ def test_memory_stays_bounded_under_a_high_rate_stream(ros):
         "memory.local_window_tokens": 32,
         "memory.offload_bytes": 16 * 2 * 2 * 2 * 16 * 4 * 10,  # ten tiny frames
     }
-    proc, client = start_node(env, ctx, params, "videokv_fast")
-    cam = Node("fast_camera", context=ctx)
-    try:
+    with running_node(ros, params, "videokv_fast") as (proc, client, cam):
         pub = cam.create_publisher(Image, "/fast_cam", RELIABLE)
         wait_subscribed(pub)
         img = frame(0, 8, 8)
@@ -217,24 +216,15 @@ def test_memory_stays_bounded_under_a_high_rate_stream(ros):
         assert stats.frames_evicted > 0 and stats.tokens_offloaded > 0
         assert client.ask("What did you see?", max_new_tokens=2).success
         assert proc.alive()
-    finally:
-        cam.destroy_node()
-        client.close()
-        code = proc.stop()
-        print(proc.output()[-4000:])  # shown by pytest when the test fails
-    assert code == 0, proc.output()
 
 
 def test_sim_time_drives_the_node_clock(ros):
     """Under use_sim_time the stats are stamped with /clock time and frames are sampled by header stamp."""
     from rosgraph_msgs.msg import Clock
 
-    env, ctx = ros
     params = {"model": "tiny", "image_topics": ["sim_cam"], "use_sim_time": True, "sample_fps": 0.5,
               "camera_qos": "reliable", "stats_period_s": 0.5}
-    proc, client = start_node(env, ctx, params, "videokv_sim")
-    sim = Node("sim", context=ctx)
-    try:
+    with running_node(ros, params, "videokv_sim") as (proc, client, sim):
         clock_pub = sim.create_publisher(Clock, "/clock", 10)
         cam_pub = sim.create_publisher(Image, "/sim_cam", RELIABLE)
         wait_subscribed(cam_pub)
@@ -257,12 +247,6 @@ def test_sim_time_drives_the_node_clock(ros):
         assert stats.frames_sampled in (4, 5) and stats.frames_ingested == stats.frames_sampled
         assert base <= time_to_ns(stats.oldest_stamp) < base + NS
         assert base + 6 * NS <= time_to_ns(stats.newest_stamp) <= base + 10 * NS
-    finally:
-        sim.destroy_node()
-        client.close()
-        code = proc.stop()
-        print(proc.output()[-4000:])
-    assert code == 0, proc.output()
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,8 @@ def plain_forward(adapter, frames: list[Frame], question_ids: list[int], offset:
     return logits, cache
 
 
-def greedy(adapter, logits, cache, next_pos: int, max_new: int) -> str:
+def greedy_tokens(adapter, logits, cache, next_pos: int, max_new: int) -> list[int]:
+    """Greedy token ids continuing a forward whose last logits are ``logits``."""
     out = []
     for _ in range(max_new):
         token = int(torch.argmax(logits))
@@ -45,4 +46,8 @@ def greedy(adapter, logits, cache, next_pos: int, max_new: int) -> str:
         out.append(token)
         logits = adapter.forward(adapter.embed_tokens([token]), torch.tensor([next_pos]), cache)
         next_pos += 1
-    return adapter.decode(out).strip()
+    return out
+
+
+def greedy(adapter, logits, cache, next_pos: int, max_new: int) -> str:
+    return adapter.decode(greedy_tokens(adapter, logits, cache, next_pos, max_new)).strip()

@@ -10,9 +10,8 @@ plain forward (float64, ``full`` policy holding the whole stream).
 from __future__ import annotations
 
 import pytest
-import torch
 
-from tests.unit.helpers import plain_forward, random_frames
+from tests.unit.helpers import greedy_tokens, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, RequestError, VideoMemoryEngine
 from videokv_node.memory.question import Frame
 
@@ -178,15 +177,7 @@ def test_multiple_choice(tiny_adapter, n_options):
 def reference_tokens(adapter, frames, text: str, max_new: int) -> list[int]:
     """Greedy token ids after one plain forward over [prompt, frames, question]."""
     logits, cache = plain_forward(adapter, frames, adapter.question_ids(text, []))
-    pos, out = cache.get_seq_length(), []
-    for _ in range(max_new):
-        token = int(torch.argmax(logits))
-        if token in adapter.eos_token_ids:
-            break
-        out.append(token)
-        logits = adapter.forward(adapter.embed_tokens([token]), torch.tensor([pos]), cache)
-        pos += 1
-    return out
+    return greedy_tokens(adapter, logits, cache, cache.get_seq_length(), max_new)
 
 
 @pytest.mark.parametrize("max_new", [1, 3, 6, 0])

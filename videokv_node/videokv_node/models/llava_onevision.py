@@ -33,36 +33,35 @@ OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SUPPORTED_ROPE_TYPES = ("default", "linear")
 
 
-def tiny_config(vocab_size: int, video_token_id: int, image_token_id: int) -> LlavaOnevisionConfig:
-    """A seeded-random LLaVA-OneVision small enough for CPU tests: 16 tokens per frame, 2 layers."""
+def onevision_config(tokenizer, text: dict, vision: dict, **extra) -> LlavaOnevisionConfig:
+    """The LLaVA-OneVision layout this adapter drives (Qwen2 decoder, SigLIP tower, last-layer
+    features, no CLS), sized by ``text`` and ``vision``, with the vocabulary and the
+    image/video token ids of ``tokenizer``."""
     return LlavaOnevisionConfig(
-        text_config=dict(
-            model_type="qwen2",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=vocab_size,
-            max_position_embeddings=32768,
-            rope_theta=10000.0,
-            tie_word_embeddings=False,
-        ),
-        vision_config=dict(
-            model_type="siglip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=56,
-            patch_size=8,
-        ),
+        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), **text),
+        vision_config=dict(model_type="siglip_vision_model", **vision),
         vision_feature_layer=-1,
         vision_feature_select_strategy="full",
-        video_token_id=video_token_id,
-        image_token_id=image_token_id,
+        video_token_id=tokenizer.convert_tokens_to_ids("<video>"),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        **extra,
+    )
+
+
+def tiny_config(tokenizer) -> LlavaOnevisionConfig:
+    """A seeded-random LLaVA-OneVision small enough for CPU tests: 16 tokens per frame, 2 layers."""
+    text = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=10000.0,
         tie_word_embeddings=False,
     )
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=56, patch_size=8)
+    return onevision_config(tokenizer, text, vision, tie_word_embeddings=False)
 
 
 class LlavaOnevisionAdapter(VideoLLMAdapter):
@@ -112,11 +111,7 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
     def tiny(cls, seed: int = 0, device: str | torch.device = "cpu") -> "LlavaOnevisionAdapter":
         """Random weights from ``seed``: identical on every machine, no files needed."""
         tokenizer = build_tiny_tokenizer()
-        cfg = tiny_config(
-            vocab_size=len(tokenizer),
-            video_token_id=tokenizer.convert_tokens_to_ids("<video>"),
-            image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        )
+        cfg = tiny_config(tokenizer)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = LlavaOnevisionForConditionalGeneration(cfg)

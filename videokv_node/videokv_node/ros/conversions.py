@@ -5,18 +5,16 @@ from __future__ import annotations
 from builtin_interfaces.msg import Time
 
 from videokv_node.ingest.image_decode import decode_compressed_image, decode_raw_image
+from videokv_node.ingest.sampler import NS_PER_S
 from videokv_node.memory.question import Answer, Question
 from videokv_node.memory.stats import EngineStats
 
-NS = 1_000_000_000
-
-
 def time_to_ns(stamp: Time) -> int:
-    return int(stamp.sec) * NS + int(stamp.nanosec)
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
 
 
 def ns_to_time(ns: int) -> Time:
-    return Time(sec=int(ns // NS), nanosec=int(ns % NS))
+    return Time(sec=int(ns // NS_PER_S), nanosec=int(ns % NS_PER_S))
 
 
 def image_to_rgb(msg):

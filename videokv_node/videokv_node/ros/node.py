@@ -61,7 +61,6 @@ class VideoKVNode(Node):
         )
         self.sampler = FrameSampler(self.settings.sampler)
         self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
-        self._drop_reasons: dict[str, int] = {}
         self._lock = threading.Lock()
 
         camera_group = MutuallyExclusiveCallbackGroup()
@@ -94,19 +93,24 @@ class VideoKVNode(Node):
 
     # --- cameras ----------------------------------------------------------
     def image_callback(self, msg, camera: str, compressed: bool) -> None:
-        """Decode, sample by header stamp, queue for the model worker; never runs the model."""
+        """Decode, sample by header stamp, queue for the model worker; never runs the model.
+
+        Decoding comes first so that a malformed frame is always counted and never
+        takes a sample slot; for raw images it is one copy, for JPEG it is the cost
+        of that guarantee.
+        """
         self._count("received")
         try:
             rgb = conversions.compressed_to_rgb(msg) if compressed else conversions.image_to_rgb(msg)
         except ImageDecodeError as exc:
-            self._drop(exc.reason, f"dropped a frame from {camera}: {exc}")
+            self._drop(f"dropped a frame from {camera} ({exc.reason}): {exc}")
             return
         stamp_ns = conversions.time_to_ns(msg.header.stamp)
         if stamp_ns == 0:  # unstamped driver: fall back to the node clock (sim time aware)
             stamp_ns = self.get_clock().now().nanoseconds
         decision = self.sampler.offer(camera, stamp_ns)
         if decision is SampleDecision.STALE:
-            self._drop("stale", f"dropped a frame from {camera}: stamp older than the last sampled one")
+            self._drop(f"dropped a frame from {camera}: stamp older than the last sampled one")
             return
         if not decision.admitted:
             return
@@ -114,10 +118,10 @@ class VideoKVNode(Node):
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
         if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):
-            self._drop("queue_full", "frame queue full: dropped the oldest frame (model slower than sample_fps)")
+            self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
 
     def _ingest_error(self, exc: Exception) -> None:
-        self._drop("ingest_error", f"the model failed on a frame: {exc!r}")
+        self._drop(f"the model failed on a frame: {exc!r}")
 
     # --- services ---------------------------------------------------------
     def ask_callback(self, request, response):
@@ -177,10 +181,8 @@ class VideoKVNode(Node):
         with self._lock:
             self._counters[key] += 1
 
-    def _drop(self, reason: str, message: str) -> None:
-        with self._lock:
-            self._counters["dropped"] += 1
-            self._drop_reasons[reason] = self._drop_reasons.get(reason, 0) + 1
+    def _drop(self, message: str) -> None:
+        self._count("dropped")
         self.get_logger().warn(message, throttle_duration_sec=WARN_THROTTLE_S)
 
     def destroy_node(self) -> None:

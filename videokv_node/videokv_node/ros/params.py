@@ -89,25 +89,25 @@ _DESCRIPTIONS = {
     "max_new_tokens_limit": "requests asking for more tokens are refused",
 }
 
+# (name prefix, dataclass): a ROS name is prefix + field, unless the field already starts
+# with the prefix (SamplerConfig.sample_fps stays ``sample_fps``).
 _SECTIONS = (
     ("", NodeSettings),
     ("sample_", SamplerConfig),
     ("memory.", MemoryConfig),
     ("", GenerationConfig),
 )
-_RENAMES = {("sample_", "sample_fps"): "sample_fps", ("sample_", "tolerance_s"): "sample_tolerance_s",
-            ("sample_", "reset_backward_s"): "sample_reset_backward_s"}
 
 
-def parameter_table() -> dict[str, tuple[str, str, object]]:
-    """ROS name -> (section prefix, dataclass field, default), for every parameter the node declares."""
+def parameter_table() -> dict[str, tuple[type, str, object]]:
+    """ROS name -> (dataclass, field, default), for every parameter the node declares."""
     table = {}
     for prefix, cls in _SECTIONS:
         defaults = cls()
         for f in fields(cls):
-            name = _RENAMES.get((prefix, f.name), prefix + f.name)
+            name = f.name if f.name.startswith(prefix) else prefix + f.name
             default = getattr(defaults, f.name)
-            table[name] = (prefix, f.name, list(default) if isinstance(default, tuple) else default)
+            table[name] = (cls, f.name, list(default) if isinstance(default, tuple) else default)
     return table
 
 
@@ -127,24 +127,20 @@ def _descriptor(name: str, default: object) -> ParameterDescriptor:
 
 def declare_and_read(node: Node) -> Settings:
     """Declare every parameter and build validated settings; raises ConfigError with the bad field."""
-    values: dict[str, dict[str, object]] = {prefix: {} for prefix, _ in _SECTIONS}
-    for name, (prefix, field_name, default) in parameter_table().items():
+    values: dict[type, dict[str, object]] = {cls: {} for _, cls in _SECTIONS}
+    for name, (cls, field_name, default) in parameter_table().items():
         if isinstance(default, list):
             param = node.declare_parameter(name, Parameter.Type.STRING_ARRAY, _descriptor(name, default))
-            value = param.value if param.value is not None else default
-            value = tuple(value)
+            value = tuple(param.value if param.value is not None else default)
         else:
             value = node.declare_parameter(name, default, _descriptor(name, default)).value
-        values[prefix][field_name] = value
-    node_fields = {f.name for f in fields(NodeSettings)}
-    gen_fields = {f.name for f in fields(GenerationConfig)}
-    plain = values[""]
+        values[cls][field_name] = value
     try:
         return Settings(
-            node=NodeSettings(**{k: v for k, v in plain.items() if k in node_fields}),
-            memory=MemoryConfig(**values["memory."]),
-            generation=GenerationConfig(**{k: v for k, v in plain.items() if k in gen_fields}),
-            sampler=SamplerConfig(**values["sample_"]),
+            node=NodeSettings(**values[NodeSettings]),
+            memory=MemoryConfig(**values[MemoryConfig]),
+            generation=GenerationConfig(**values[GenerationConfig]),
+            sampler=SamplerConfig(**values[SamplerConfig]),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
