@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
+from videokv_node.models.attention import AttentionObserver
+
 
 @dataclass(frozen=True, slots=True)
 class KVGeometry:
@@ -49,6 +51,38 @@ class VideoLLMAdapter(ABC):
     tokens_per_frame: int
     max_positions: int  # largest position + 1 the decoder was built for
     device: torch.device
+    position_dims: int = 1  # rows of a position tensor: 1 for 1-D RoPE, 3 for mRoPE (t, h, w)
+
+    # --- positions --------------------------------------------------------
+    # Positions are (P, T) int64 tensors on the host, P = ``position_dims``.
+    # Text tokens have equal rows. The defaults are 1-D RoPE; mRoPE adapters override.
+    @property
+    def frame_span(self) -> int:
+        """How far one frame advances the next free position (``tokens_per_frame`` for 1-D RoPE)."""
+        return self.tokens_per_frame
+
+    def text_positions(self, start: int, n: int) -> torch.Tensor:
+        """(P, n) positions of ``n`` text tokens from ``start``."""
+        return torch.arange(start, start + n).expand(self.position_dims, n).clone()
+
+    def frame_positions(self, start: int) -> torch.Tensor:
+        """(P, tokens_per_frame) positions of one frame's tokens when the frame starts at ``start``."""
+        return self.text_positions(start, self.tokens_per_frame)
+
+    def pack(self, pieces: list[torch.Tensor], start: int) -> tuple[list[torch.Tensor], int]:
+        """Lay ``pieces`` (each the (P, t) stored positions of some kept tokens, time order) out
+        consecutively from ``start``; returns the new positions of each piece and the next free position.
+
+        1-D RoPE: tokens get consecutive positions (StreamKV and HERMES' re-indexing treat kept
+        tokens as adjacent). Every token moves by one scalar delta on all rows, which is what
+        ``rotate_keys`` can apply exactly.
+        """
+        out = []
+        for piece in pieces:
+            n = piece.shape[1]
+            out.append(self.text_positions(start, n))
+            start += n
+        return out, start
 
     # --- vision -----------------------------------------------------------
     @abstractmethod
@@ -84,16 +118,23 @@ class VideoLLMAdapter(ABC):
     # --- decoder ----------------------------------------------------------
     @abstractmethod
     def forward(
-        self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Cache,
+        logits: bool = True,
+        observer: AttentionObserver | None = None,
     ) -> torch.Tensor | None:
-        """Run the decoder on (1, n, hidden) ``embeds`` at ``positions`` (n,), appending to ``cache``.
+        """Run the decoder on (1, n, hidden) ``embeds`` at ``positions`` ((P, n) or (n,)), appending to ``cache``.
 
         Returns the last token's logits (vocab,) in float32, or None if ``logits`` is False.
+        ``observer`` sees every layer's post-RoPE queries and keys (``models/attention.py``).
         """
 
     @abstractmethod
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """Re-rotate cached keys (..., T, head_dim) by ``delta`` (T,) positions."""
+        """Re-rotate cached keys (..., T, head_dim) by ``delta``: (T,) the same on every position row,
+        or (P, T) per row (mRoPE). Exact: equal to the key computed at the moved position."""
 
     @abstractmethod
     def query_modules(self) -> list[torch.nn.Module]:

@@ -3,7 +3,8 @@
 Vision path (as ``LlavaOnevisionModel.get_video_features``): SigLIP tower ->
 selected layer -> MLP projector -> 2x2 bilinear pooling, 196 tokens per frame on
 the real 384 px checkpoints (27x27 patches pooled to 14x14). The decoder (Qwen2)
-is driven with explicit ``position_ids`` and a ``Cache`` object; queries are read
+is driven with explicit ``position_ids`` and a ``Cache`` object, under the
+registered ``videokv`` attention (``models/attention.py``); queries are read
 with forward hooks on ``q_proj``. Nothing here patches attention.
 
 Choice: the video path of transformers appends one ``image_newline`` embedding
@@ -25,6 +26,7 @@ from transformers import AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForC
 from transformers.cache_utils import Cache
 
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
+from videokv_node.models.attention import AttentionObserver, use_videokv_attention
 from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
@@ -82,6 +84,7 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
         cfg = model.config
         text = cfg.text_config
         self._lm = model.model.language_model
+        use_videokv_attention(model, cfg.text_config)
         rotary = self._lm.rotary_emb
         rope_type = (getattr(text, "rope_parameters", None) or {}).get("rope_type", "default")
         if rope_type not in SUPPORTED_ROPE_TYPES:
@@ -203,12 +206,21 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
 
     # --- decoder ----------------------------------------------------------
     @torch.inference_mode()
-    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Cache, logits: bool = True) -> torch.Tensor | None:
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Cache,
+        logits: bool = True,
+        observer: AttentionObserver | None = None,
+    ) -> torch.Tensor | None:
+        positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
         out = self._lm(
             inputs_embeds=embeds,
             position_ids=positions.to(self.device).view(1, -1),
             past_key_values=cache,
             use_cache=True,
+            videokv_observer=observer,
         )
         if not logits:
             return None
@@ -216,7 +228,7 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
         return logits if logits.dtype == torch.float64 else logits.float()
 
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rotate_keys(keys, delta, self._inv_freq)
+        return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)
 
     def query_modules(self) -> list[torch.nn.Module]:
         return [layer.self_attn.q_proj for layer in self._lm.layers]
