@@ -51,3 +51,12 @@ def greedy_tokens(adapter, logits, cache, next_pos: int, max_new: int) -> list[i
 
 def greedy(adapter, logits, cache, next_pos: int, max_new: int) -> str:
     return adapter.decode(greedy_tokens(adapter, logits, cache, next_pos, max_new)).strip()
+
+
+def block_keys(block) -> torch.Tensor:
+    """(L, H, T, D) stored keys of an uncompressed resident block."""
+    return torch.stack([kv.keys for kv in block.layers])
+
+
+def block_values(block) -> torch.Tensor:
+    return torch.stack([kv.values for kv in block.layers])

@@ -17,9 +17,9 @@ import torch
 from transformers.cache_utils import DynamicCache
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
-from tests.unit.helpers import greedy, plain_forward, random_frames
+from tests.unit.helpers import block_keys, block_values, greedy, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.retrieval_cache import RetrievingCache, place_layer, placed_cache
+from videokv_node.memory.retrieval_cache import RetrievingCache, pack_layout, place_layer, placed_cache
 
 ATOL = 1e-9
 
@@ -54,10 +54,10 @@ def test_unbounded_memory_equals_plain_forward(tiny_adapter64, policy):
     sink = engine.sink.n_tokens
     for i, block in enumerate(engine.store.blocks()):
         span = slice(sink + i * a.tokens_per_frame, sink + (i + 1) * a.tokens_per_frame)
-        assert block.positions.tolist() == list(range(span.start, span.stop))
+        assert block.positions[0].tolist() == list(range(span.start, span.stop))
         for layer, ref in enumerate(ref_cache.layers):
-            torch.testing.assert_close(block.keys[layer], ref.keys[0, :, span], rtol=0, atol=ATOL)
-            torch.testing.assert_close(block.values[layer], ref.values[0, :, span], rtol=0, atol=ATOL)
+            torch.testing.assert_close(block.layers[layer].keys, ref.keys[0, :, span], rtol=0, atol=ATOL)
+            torch.testing.assert_close(block.layers[layer].values, ref.values[0, :, span], rtol=0, atol=ATOL)
 
     q_ids = a.question_ids("describe", [])
     ref_logits, ref_cache = plain_forward(a, frames, q_ids)
@@ -116,8 +116,8 @@ def test_sliding_window_encoding_matches_independent_reference(tiny_adapter64):
     ingest_one_by_one(engine, frames)
     reference = reference_windowed_blocks(a, frames, window_frames=2)
     for block, (k_un, v) in zip(engine.store.blocks(), reference):
-        torch.testing.assert_close(a.rotate_keys(block.keys, -block.positions), k_un, rtol=0, atol=1e-6)
-        torch.testing.assert_close(block.values, v, rtol=0, atol=1e-6)
+        torch.testing.assert_close(a.rotate_keys(block_keys(block), -block.positions[0]), k_un, rtol=0, atol=1e-6)
+        torch.testing.assert_close(block_values(block), v, rtol=0, atol=1e-6)
     # Positions stay bounded: no frame is ever placed past sink + window + one frame.
     assert max(int(b.positions.max()) for b in engine.store.blocks()) < engine.sink.n_tokens + 3 * T
 
@@ -128,13 +128,15 @@ def test_retrieving_cache_equals_static_cache_when_everything_is_retrieved(tiny_
     ingest_one_by_one(engine, random_frames(4, seed=5))
     blocks = list(engine.store.blocks())
     q = a.question_ids("where?", [])
-    static, n_ctx = placed_cache(a, engine.store, engine.sink, blocks)
+    per_layer = [blocks] * a.geometry.n_layers
+    targets, n_ctx = pack_layout(a, engine.sink.n_tokens, per_layer)
+    static = placed_cache(a, engine.store, engine.sink, per_layer, targets)
     logits_static = a.forward(a.embed_tokens(q), torch.arange(n_ctx, n_ctx + len(q)), static)
     calls = []
 
     def materialize(layer):
         calls.append(layer)
-        return place_layer(a, engine.store, engine.sink, blocks, layer)
+        return place_layer(a, engine.store, engine.sink, blocks, targets[layer], layer)
 
     lazy = RetrievingCache(n_ctx, materialize, a.geometry.n_layers)
     assert lazy.get_seq_length() == n_ctx  # the mask is sized before any layer runs
@@ -162,7 +164,7 @@ def test_layer0_retrieval_picks_the_block_the_question_query_prefers(tiny_adapte
     pool = blocks[:-1]  # the newest frame is the fixed recent window
     scores = []
     for b in pool:
-        k_un = a.rotate_keys(b.keys[0], -b.positions)  # (H, T, D) pre-RoPE
+        k_un = a.rotate_keys(b.layers[0].keys, -b.positions[0])  # (H, T, D) pre-RoPE
         scores.append(float((q * k_un.mean(1)).sum().detach()))
     best = sorted(range(len(pool)), key=lambda i: -scores[i])[:2]
     expected = sorted([pool[i].block_id for i in best] + [blocks[-1].block_id])

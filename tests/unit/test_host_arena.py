@@ -1,7 +1,7 @@
 """HostKVArena on a hand-made geometry: exact page ids, exact round trips, a fixed footprint.
 
 Geometry: 2 layers, 2 KV heads, head_dim 4, float32 -> 2 * 2 * 2 * 4 * 4 = 128 bytes
-per token; with 4-token pages a page is 512 bytes.
+per token over all layers, 64 per layer; a page holds 4 tokens of one layer: 256 bytes.
 """
 
 from __future__ import annotations
@@ -16,23 +16,24 @@ from videokv_node.models.adapter import KVGeometry
 
 GEO = KVGeometry(n_layers=2, n_kv_heads=2, head_dim=4, n_q_heads=2, dtype=torch.float32)
 PAGE_TOKENS = 4
-PAGE_BYTES = PAGE_TOKENS * 128
+PAGE_BYTES = PAGE_TOKENS * 64
 
 
 def kv(n_tokens: int, seed: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random (L, H, T, D) K and V."""
+    """Random one-layer (H, T, D) K and V."""
     g = torch.Generator().manual_seed(seed)
-    shape = (GEO.n_layers, GEO.n_kv_heads, n_tokens, GEO.head_dim)
+    shape = (GEO.n_kv_heads, n_tokens, GEO.head_dim)
     return torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
 
 
 def arena(n_pages: int, extra_bytes: int = 0, page_tokens: int = PAGE_TOKENS, geometry: KVGeometry = GEO) -> HostKVArena:
-    page_bytes = page_tokens * geometry.bytes_per_token
+    page_bytes = page_tokens * geometry.bytes_per_token // geometry.n_layers
     return HostKVArena(geometry, n_pages * page_bytes + extra_bytes, page_tokens)
 
 
 def test_bytes_per_token():
     assert GEO.bytes_per_token == 128
+    assert arena(1).page_bytes == PAGE_BYTES == 256
     half = KVGeometry(n_layers=3, n_kv_heads=2, head_dim=8, n_q_heads=6, dtype=torch.bfloat16)
     assert half.bytes_per_token == 2 * 3 * 2 * 8 * 2
 
@@ -53,7 +54,7 @@ def test_capacity_rounds_down_to_whole_pages(offload_bytes, n_pages):
 def test_pages_for(n_tokens, pages):
     a = arena(8)
     assert a.pages_for(n_tokens) == pages
-    assert a.can_store(n_tokens) == (pages <= 8)
+    assert a.can_store(pages) == (pages <= 8)
 
 
 @pytest.mark.parametrize("n_tokens", [1, 3, 4, 5, 8, 11, 16])
@@ -65,13 +66,9 @@ def test_round_trip_is_exact(n_tokens, dtype):
     pages = a.store(keys, values)
     assert len(pages) == a.pages_for(n_tokens)
     k, v = a.load(pages, n_tokens, torch.device("cpu"))
-    assert k.shape == v.shape == (2, 2, n_tokens, 4)
+    assert k.shape == v.shape == (2, n_tokens, 4)
     assert k.dtype == v.dtype == dtype
     assert torch.equal(k, keys) and torch.equal(v, values)
-    for layer in range(geo.n_layers):
-        kl, vl = a.load(pages, n_tokens, torch.device("cpu"), layer=layer)
-        assert kl.shape == (2, n_tokens, 4)
-        assert torch.equal(kl, k[layer]) and torch.equal(vl, v[layer])
 
 
 def test_store_copies():
@@ -116,7 +113,7 @@ def test_exact_page_ids_and_reuse_after_free():
 def test_full_arena_raises_memory_error_and_changes_nothing():
     a = arena(3)
     kept = a.store(*kv(8, 0))  # 2 pages
-    assert a.can_store(4) and not a.can_store(5)
+    assert a.can_store(a.pages_for(4)) and not a.can_store(a.pages_for(5))
     with pytest.raises(MemoryError, match="need 2 pages, 1 free"):
         a.store(*kv(5, 1))
     assert (a.free_pages, a.used_pages) == (1, 2)
@@ -128,7 +125,7 @@ def test_full_arena_raises_memory_error_and_changes_nothing():
 def test_zero_page_arena_refuses_everything():
     a = arena(0, extra_bytes=PAGE_BYTES - 1)
     assert a.n_pages == 0 and a.capacity_bytes == 0
-    assert not a.can_store(1)
+    assert not a.can_store(a.pages_for(1))
     with pytest.raises(MemoryError):
         a.store(*kv(1, 0))
 
@@ -145,7 +142,7 @@ def test_random_store_free_sequences_keep_pages_consistent(page_tokens, n_pages,
     held: list[tuple[list[int], int, int]] = []  # (pages, n_tokens, seed)
     for is_store, n, seed in ops:
         if is_store or not held:
-            fits = a.can_store(n)
+            fits = a.can_store(a.pages_for(n))
             assert fits == (a.pages_for(n) <= a.free_pages)
             if fits:
                 held.append((a.store(*kv(n, seed)), n, seed))

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from videokv_node.memory import ConfigError, Frame, GenerationConfig, MemoryConfig, Question, RequestError, VideoMemoryEngine
+from tests.unit.helpers import block_keys, block_values
 from videokv_node.memory.block import Tier
 
 CAMERAS = ("/cam_front", "/cam_back")
@@ -39,8 +40,9 @@ def make_engine(
 ):
     """An engine at the smallest budget the engine accepts plus ``slack_tokens``; arena of ``offload_blocks`` blocks."""
     T = adapter.tokens_per_frame
-    page_bytes = page_tokens * adapter.geometry.bytes_per_token
-    pages_per_block = -(-T // page_tokens)
+    L = adapter.geometry.n_layers
+    page_bytes = page_tokens * adapter.geometry.bytes_per_token // L  # a page holds one layer's tokens
+    pages_per_block = L * -(-T // page_tokens)
     memory = MemoryConfig(
         policy=policy,
         budget_tokens=sink_tokens(adapter) + window_frames * T + T + slack_tokens,
@@ -59,7 +61,7 @@ def capacities(engine) -> tuple[int, int]:
     arena = engine.store.arena
     if not engine.policy.uses_offload or arena is None:
         return resident, 0
-    return resident, arena.n_pages // arena.pages_for(T)
+    return resident, arena.n_pages // (engine.adapter.geometry.n_layers * arena.pages_for(T))
 
 
 def check_memory(engine, stamps: list[int]) -> None:
@@ -88,7 +90,7 @@ def check_memory(engine, stamps: list[int]) -> None:
     assert s.tokens_offloaded == n_off * T
     arena = store.arena
     if arena is not None:
-        assert s.bytes_offloaded == n_off * arena.pages_for(T) * arena.page_bytes
+        assert s.bytes_offloaded == n_off * engine.adapter.geometry.n_layers * arena.pages_for(T) * arena.page_bytes
         assert arena.used_pages + arena.free_pages == arena.n_pages
     else:
         assert s.bytes_offloaded == 0
@@ -96,14 +98,16 @@ def check_memory(engine, stamps: list[int]) -> None:
     # Tiers hold what they say, and positions increase within each block.
     geo = engine.adapter.geometry
     for b in blocks:
-        if b.tier is Tier.RESIDENT:
-            assert b.keys is not None and b.values is not None and b.pages == []
-            assert b.keys.shape == b.values.shape == (geo.n_layers, geo.n_kv_heads, T, geo.head_dim)
-        else:
-            assert b.keys is None and b.values is None and len(b.pages) == arena.pages_for(T)
+        assert len(b.layers) == geo.n_layers and b.entries == geo.n_layers * T
+        for kv in b.layers:
+            if b.tier is Tier.RESIDENT:
+                assert kv.keys is not None and kv.values is not None and kv.pages == []
+                assert kv.keys.shape == kv.values.shape == (geo.n_kv_heads, T, geo.head_dim)
+            else:
+                assert kv.keys is None and kv.values is None and len(kv.pages) == arena.pages_for(T)
         assert b.n_tokens == T
-        assert bool((b.positions[1:] > b.positions[:-1]).all())
-    offloaded_pages = [p for b in blocks for p in b.pages]
+        assert bool((b.positions[0, 1:] > b.positions[0, :-1]).all())
+    offloaded_pages = [p for b in blocks for kv in b.layers for p in kv.pages]
     assert len(offloaded_pages) == len(set(offloaded_pages))
 
 
@@ -153,10 +157,10 @@ def test_rekv_without_offload_evicts_never_offloads(tiny_adapter):
 
 
 def test_rekv_arena_smaller_than_one_block_evicts(tiny_adapter):
-    """An arena of 3 pages cannot hold a 4-page block: blocks are evicted and the arena stays empty."""
+    """An arena of 3 pages cannot hold a block of 4 pages per layer: blocks are evicted and the arena stays empty."""
     T = tiny_adapter.tokens_per_frame
     page_tokens = T // 4
-    page_bytes = page_tokens * tiny_adapter.geometry.bytes_per_token
+    page_bytes = page_tokens * tiny_adapter.geometry.bytes_per_token // tiny_adapter.geometry.n_layers
     engine = make_engine(tiny_adapter, policy="rekv", window_frames=1, slack_tokens=0, offload_blocks=0,
                          page_tokens=page_tokens, extra_offload_bytes=3 * page_bytes + page_bytes - 1)
     assert engine.store.arena.n_pages == 3
@@ -210,16 +214,14 @@ def test_offloaded_blocks_read_back_exactly(tiny_adapter, page_tokens):
     clones = {}
     for frame in stream(9, seed=4):
         (block,) = engine.ingest([frame])
-        clones[block.block_id] = (block.keys.clone(), block.values.clone())
+        clones[block.block_id] = (block_keys(block).clone(), block_values(block).clone())
     blocks = list(engine.store.blocks())
     assert [b.tier for b in blocks] == [Tier.OFFLOADED] * 4 + [Tier.RESIDENT] * 2
     for b in blocks:
-        keys, values = engine.store.kv(b)
         ref_k, ref_v = clones[b.block_id]
-        assert keys.dtype == ref_k.dtype and keys.device == ref_k.device
-        assert torch.equal(keys, ref_k) and torch.equal(values, ref_v)
         for layer in range(L):
             k, v = engine.store.layer_kv(b, layer)
+            assert k.dtype == ref_k.dtype and k.device == ref_k.device
             assert torch.equal(k, ref_k[layer]) and torch.equal(v, ref_v[layer])
 
 

@@ -9,27 +9,46 @@ from __future__ import annotations
 import pytest
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.memory.policies import POLICY_CLASSES, FullPolicy, ReKVPolicy
-from videokv_node.memory.policy import QuestionSelection, make_policy, recent_within
+from videokv_node.memory.policy import EncodeJob, QuestionSelection, make_policy, recent_within
 from videokv_node.memory.retrieval_cache import top_k_blocks
-from videokv_node.models.adapter import KVGeometry
+from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 
 GEO = KVGeometry(n_layers=2, n_kv_heads=2, head_dim=4, n_q_heads=2, dtype=torch.float32)
 
 
+class NoModel:
+    """What a policy reads of an adapter without running it: geometry and positions (1-D RoPE)."""
+
+    geometry = GEO
+    tokens_per_frame = 4
+    position_dims = 1
+    max_positions = 32768
+    frame_span = 4
+    text_positions = VideoLLMAdapter.text_positions
+    frame_positions = VideoLLMAdapter.frame_positions
+    pack = VideoLLMAdapter.pack
+
+
+ADAPTER = NoModel()
+
+
 def block(block_id: int, n_tokens: int = 4, camera: str = "cam") -> FrameBlock:
-    shape = (GEO.n_layers, GEO.n_kv_heads, n_tokens, GEO.head_dim)
+    shape = (GEO.n_kv_heads, n_tokens, GEO.head_dim)
+    positions = torch.arange(100 + 10 * block_id, 100 + 10 * block_id + n_tokens)[None]
     return FrameBlock(
         block_id=block_id,
         camera=camera,
         stamp_ns=(block_id + 1) * 10**9,
-        positions=torch.arange(100 + 10 * block_id, 100 + 10 * block_id + n_tokens),
+        positions=positions,
         key_mean=torch.zeros(GEO.n_layers, GEO.n_kv_heads, GEO.head_dim),
-        keys=torch.full(shape, float(block_id)),
-        values=torch.full(shape, -float(block_id)),
+        layers=[
+            LayerKV(torch.arange(n_tokens), positions, torch.full(shape, float(block_id)), torch.full(shape, -float(block_id)))
+            for _ in range(GEO.n_layers)
+        ],
     )
 
 
@@ -75,9 +94,9 @@ def test_recent_within(sizes, max_tokens, expected):
 @pytest.mark.parametrize("window_frames, expected", [(1, [5]), (2, [4, 5]), (3, [3, 4, 5]), (10, [2, 3, 4, 5])])
 def test_rekv_encoding_context_is_the_last_w_resident_frames(window_frames, expected):
     store = store_with([4] * 6, offloaded=2)  # blocks 0, 1 offloaded; 2..5 resident
-    policy = ReKVPolicy(MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4 * window_frames + 3))
-    assert ids(policy.encoding_context(store)) == expected
-    assert all(b.tier is Tier.RESIDENT for b in policy.encoding_context(store))
+    policy = ReKVPolicy(MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4 * window_frames + 3), ADAPTER)
+    assert ids(policy.encoding_context(store, EncodeJob([]))) == expected
+    assert all(b.tier is Tier.RESIDENT for b in policy.encoding_context(store, EncodeJob([])))
 
 
 @pytest.mark.parametrize(
@@ -95,33 +114,32 @@ def test_rekv_question_selection_splits_window_and_pool(window_frames, candidate
     store = store_with([4] * 6, offloaded=3)
     config = MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4 * window_frames, retrieve_frames=3)
     by_id = {b.block_id: b for b in store.blocks()}
-    selection = ReKVPolicy(config).question_selection(store, [by_id[i] for i in candidates])
+    selection = ReKVPolicy(config, ADAPTER).question_selection(store, [by_id[i] for i in candidates], None, "q")
     assert ids(selection.fixed) == fixed
     assert ids(selection.pool) == pool
     assert selection.k == 3
-    assert selection.n_blocks_per_layer == len(fixed) + min(3, len(pool))
 
 
 def test_full_takes_every_candidate_as_fixed():
     store = store_with([4] * 5, offloaded=0)
-    policy = FullPolicy(MemoryConfig(policy="full", budget_tokens=1000, local_window_tokens=4))
+    policy = FullPolicy(MemoryConfig(policy="full", budget_tokens=1000, local_window_tokens=4), ADAPTER)
     by_id = {b.block_id: b for b in store.blocks()}
-    selection = policy.question_selection(store, [by_id[i] for i in (0, 2, 3)])
+    selection = policy.question_selection(store, [by_id[i] for i in (0, 2, 3)], None, "q")
     assert ids(selection.fixed) == [0, 2, 3]
     assert (selection.pool, selection.k) == ([], 0)
-    assert ids(policy.encoding_context(store)) == [0, 1, 2, 3, 4]  # every resident block, whatever the window
+    assert ids(policy.encoding_context(store, EncodeJob([]))) == [0, 1, 2, 3, 4]  # every resident block, whatever the window
 
 
 def test_full_encoding_context_skips_offloaded_blocks():
     store = store_with([4] * 4, offloaded=2)
-    policy = FullPolicy(MemoryConfig(policy="full", budget_tokens=1000, local_window_tokens=4))
-    assert ids(policy.encoding_context(store)) == [2, 3]
+    policy = FullPolicy(MemoryConfig(policy="full", budget_tokens=1000, local_window_tokens=4), ADAPTER)
+    assert ids(policy.encoding_context(store, EncodeJob([]))) == [2, 3]
 
 
 @pytest.mark.parametrize("policy", sorted(POLICY_CLASSES))
 def test_victims_are_the_oldest_of_their_tier(policy):
     store = store_with([4] * 5, offloaded=2)
-    p = make_policy(MemoryConfig(policy=policy, budget_tokens=1000, local_window_tokens=4))
+    p = make_policy(MemoryConfig(policy=policy, budget_tokens=1000, local_window_tokens=4), ADAPTER)
     assert p.demotion_victim(store).block_id == 2
     assert p.offload_victim(store).block_id == 0
     empty = store_with([])
@@ -137,7 +155,8 @@ def test_policy_offload_flags():
 
 
 def test_question_selection_defaults():
-    assert QuestionSelection().n_blocks_per_layer == 0
+    s = QuestionSelection()
+    assert (s.fixed, s.pool, s.k, s.per_layer) == ([], [], 0, None)
 
 
 # --- top_k_blocks ------------------------------------------------------------
@@ -180,7 +199,7 @@ def test_top_k_blocks_score_is_mean_over_heads():
 def test_make_policy_names():
     assert set(POLICY_CLASSES) == set(POLICIES)
     for name in POLICIES:
-        policy = make_policy(MemoryConfig(policy=name))
+        policy = make_policy(MemoryConfig(policy=name), ADAPTER)
         assert policy.name == name
         assert isinstance(policy, POLICY_CLASSES[name])
 

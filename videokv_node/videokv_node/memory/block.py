@@ -1,4 +1,11 @@
-"""A frame block: the KV entries of one frame, the unit the memory keeps or drops."""
+"""A memory block: the KV entries of one frame (or one segment, patch or summary), the unit the memory keeps or drops.
+
+Compression works inside a block: a policy may keep only some of its tokens,
+and a different subset in each decoder layer (StreamKV drops whole frame
+blocks per layer, MuKV keeps a share of each block's tokens, HERMES evicts
+tokens per layer). So a block holds, per layer, the indices of the tokens it
+still has and their K/V; a layer with none left holds ``None``.
+"""
 
 from __future__ import annotations
 
@@ -14,25 +21,74 @@ class Tier(Enum):
 
 
 @dataclass(eq=False, slots=True)
-class FrameBlock:
-    """One frame's KV over all layers, with what is needed to move and score it.
+class LayerKV:
+    """One layer's kept tokens of a block.
 
-    ``positions`` are the positions the keys are rotated at (set once at
-    encoding, never changed: moving a block rotates a *copy*, so rounding never
-    accumulates). ``key_mean`` is the mean pre-RoPE key per layer and head, the
-    block's representative for retrieval; it stays on the host whatever the tier.
+    ``index`` picks the kept tokens among the block's encoded tokens (ascending,
+    so time order survives compression); ``logical`` is where they stand now for
+    RoPE (HERMES re-indexing moves it; the stored keys never move: placement
+    rotates a copy from the encoding position, so rounding never accumulates).
     """
 
-    block_id: int  # strictly increasing in ingest order; set by the engine
-    camera: str  # topic name of the camera
-    stamp_ns: int  # header stamp of the frame
-    positions: torch.Tensor  # (T,) int64, on the host
-    key_mean: torch.Tensor  # (L, H_kv, D) float32, on the host
-    tier: Tier = Tier.RESIDENT  # changed only by BlockStore
-    keys: torch.Tensor | None = None  # (L, H_kv, T, D) when resident; changed only by BlockStore
-    values: torch.Tensor | None = None  # (L, H_kv, T, D) when resident; changed only by BlockStore
-    pages: list[int] = field(default_factory=list)  # host arena pages when offloaded; BlockStore only
+    index: torch.Tensor  # (t,) int64 on the host, ascending
+    logical: torch.Tensor  # (P, t) int64 on the host
+    keys: torch.Tensor | None = None  # (H, t, D) rotated at the encoding positions, when resident
+    values: torch.Tensor | None = None  # (H, t, D) when resident
+    pages: list[int] = field(default_factory=list)  # host arena pages when offloaded
 
     @property
     def n_tokens(self) -> int:
-        return int(self.positions.numel())
+        return int(self.index.numel())
+
+
+@dataclass(eq=False, slots=True)
+class FrameBlock:
+    """One unit of memory over all layers, with what is needed to move, score and cite it.
+
+    ``positions`` are the positions the keys were encoded at (never changed).
+    ``key_mean`` is the mean pre-RoPE key per layer and head over the encoded
+    tokens, the block's representative for ReKV/StreamKV retrieval; ``rep`` is a
+    policy's own representative (MuKV's compressed last-layer key). ``order``
+    sorts blocks in time order for placement (stamp first, then the policy's
+    rank among blocks of the same stamp, then the id).
+    """
+
+    block_id: int  # strictly increasing in creation order; set by the engine
+    camera: str  # topic name of the camera
+    stamp_ns: int  # header stamp of the (first) frame it holds
+    positions: torch.Tensor  # (P, T) int64 on the host
+    key_mean: torch.Tensor  # (L, H_kv, D) float32 on the host
+    layers: list[LayerKV | None]  # per decoder layer; changed only by BlockStore
+    kind: str = "frame"  # frame | summary | patch | segment: what the tokens encode
+    stream: str = "frame"  # which encoding stream it belongs to (MuKV keeps one per granularity)
+    stamps_ns: tuple[int, ...] = ()  # every frame it represents (evidence); default (stamp_ns,)
+    rank: int = 0  # order among blocks of the same stamp
+    protected: bool = False  # never compressed (StreamKV summary frames, HERMES summary tokens)
+    rep: torch.Tensor | None = None  # policy-specific representative vector
+    tier: Tier = Tier.RESIDENT  # changed only by BlockStore
+
+    def __post_init__(self) -> None:
+        if not self.stamps_ns:
+            self.stamps_ns = (self.stamp_ns,)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens it was encoded with (what it occupies in an encoding window)."""
+        return int(self.positions.shape[1])
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        return (self.stamp_ns, self.rank, self.block_id)
+
+    def layer_tokens(self, layer: int) -> int:
+        kv = self.layers[layer]
+        return 0 if kv is None else kv.n_tokens
+
+    @property
+    def entries(self) -> int:
+        """Kept (token, layer) entries: what the block costs, in units of one token in one layer."""
+        return sum(kv.n_tokens for kv in self.layers if kv is not None)
+
+    @property
+    def is_empty(self) -> bool:
+        return all(kv is None for kv in self.layers)

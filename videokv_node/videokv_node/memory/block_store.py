@@ -1,9 +1,14 @@
-"""Where frame blocks live: a resident tier on the model's device and an offload tier in host RAM.
+"""Where blocks live: a resident tier on the model's device and an offload tier in host RAM.
 
-The store enforces nothing by itself about *which* block leaves; that is the
-policy's call. It guarantees the bookkeeping: every block is in exactly one
-tier, byte and token counts are exact, and nothing is lost silently (every
-removal is counted as an eviction).
+The store enforces nothing by itself about *which* block leaves or which
+tokens a compression keeps; that is the policy's call. It guarantees the
+bookkeeping: every block is in exactly one tier, entry and byte counts are
+exact, and nothing is lost silently (every removal is counted as an eviction).
+
+Counting unit: an *entry* is one token's K and V in one layer. A block
+compressed differently per layer costs the sum of what each layer keeps, and
+the resident budget of ``budget_tokens`` tokens is ``budget_tokens x n_layers``
+entries (sink included), i.e. exactly its bytes.
 """
 
 from __future__ import annotations
@@ -13,17 +18,18 @@ from collections.abc import Iterator
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.host_arena import HostKVArena
 from videokv_node.models.adapter import KVGeometry
 
 
 class BlockStore:
-    """Frame blocks in ingest order, across two tiers.
+    """Blocks in creation order, across two tiers.
 
-    Invariants: ``blocks()`` iterates in increasing ``block_id`` (ingest order);
-    a resident block holds ``keys``/``values`` and no pages; an offloaded block
-    holds pages and no tensors; ``offloaded_bytes <= arena.capacity_bytes``.
+    Invariants: ``blocks()`` iterates in increasing ``block_id``; a resident
+    block's layers hold tensors and no pages, an offloaded block's hold pages
+    and no tensors; no block is empty in every layer (it is evicted instead);
+    ``offloaded_bytes <= arena.capacity_bytes``.
     """
 
     def __init__(self, geometry: KVGeometry, device: torch.device, offload_bytes: int, page_tokens: int) -> None:
@@ -32,75 +38,132 @@ class BlockStore:
         pin = device.type == "cuda"
         self.arena = HostKVArena(geometry, offload_bytes, page_tokens, pin_memory=pin) if offload_bytes > 0 else None
         self._blocks: OrderedDict[int, FrameBlock] = OrderedDict()
-        self.resident_tokens = 0  # frame tokens on the device (the engine adds the sink)
-        self.offloaded_tokens = 0
-        self.evicted_blocks = 0  # lifetime count, kept across clear()
-        self.evicted_tokens = 0
+        self.resident_entries = 0  # (token, layer) entries on the device (the engine adds the sink)
+        self.offloaded_entries = 0
+        self.evicted_blocks = 0  # lifetime counts, kept across clear()
+        self.evicted_entries = 0
 
     # --- queries ----------------------------------------------------------
     def __len__(self) -> int:
         return len(self._blocks)
 
+    def __contains__(self, block: FrameBlock) -> bool:
+        return self._blocks.get(block.block_id) is block
+
     def blocks(self, tier: Tier | None = None) -> Iterator[FrameBlock]:
-        """All blocks (or one tier's) in ingest order."""
+        """All blocks (or one tier's) in creation order."""
         return (b for b in self._blocks.values() if tier is None or b.tier is tier)
 
     def oldest(self, tier: Tier) -> FrameBlock | None:
         return next(self.blocks(tier), None)
 
     @property
+    def resident_tokens(self) -> float:
+        return self.resident_entries / self.geometry.n_layers
+
+    @property
     def offloaded_bytes(self) -> int:
         return 0 if self.arena is None else self.arena.used_pages * self.arena.page_bytes
 
-    def block_bytes(self, n_tokens: int) -> int:
-        return n_tokens * self.geometry.bytes_per_token
+    def entry_bytes(self, n_entries: int) -> int:
+        return n_entries * self.geometry.bytes_per_token // self.geometry.n_layers
 
     def layer_kv(self, block: FrameBlock, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layer's (H, T, D) K and V of a block, on the model's device."""
+        """One layer's (H, t, D) kept K and V of a block, on the model's device."""
+        kv = block.layers[layer]
+        if kv is None:
+            raise KeyError(f"block {block.block_id} keeps nothing in layer {layer}")
         if block.tier is Tier.RESIDENT:
-            return block.keys[layer], block.values[layer]
-        k, v = self.arena.load(block.pages, block.n_tokens, self.device, layer=layer)
-        return k, v
-
-    def kv(self, block: FrameBlock) -> tuple[torch.Tensor, torch.Tensor]:
-        """All layers' (L, H, T, D) K and V of a block, on the model's device."""
-        if block.tier is Tier.RESIDENT:
-            return block.keys, block.values
-        return self.arena.load(block.pages, block.n_tokens, self.device)
+            return kv.keys, kv.values
+        return self.arena.load(kv.pages, kv.n_tokens, self.device)
 
     # --- mutations --------------------------------------------------------
     def add(self, block: FrameBlock) -> None:
         """Add a freshly encoded resident block; ids must increase."""
-        if block.tier is not Tier.RESIDENT or block.keys is None:
+        if block.tier is not Tier.RESIDENT or block.is_empty:
             raise ValueError("new blocks must be resident with their K/V")
         if self._blocks and block.block_id <= next(reversed(self._blocks)):
-            raise ValueError("block ids must increase in ingest order")
+            raise ValueError("block ids must increase in creation order")
         self._blocks[block.block_id] = block
-        self.resident_tokens += block.n_tokens
+        self.resident_entries += block.entries
+
+    def keep(self, block: FrameBlock, layer: int, keep: torch.Tensor | None) -> None:
+        """Compress: keep only the tokens at positions ``keep`` (ascending, into the layer's
+        current tokens) of one layer; ``None`` or empty drops the layer. A block left with no
+        layer is evicted (counted)."""
+        if block.protected:
+            raise ValueError(f"block {block.block_id} ({block.kind}) is protected from compression")
+        kv = block.layers[layer]
+        if kv is None:
+            return
+        before = kv.n_tokens
+        if keep is None or keep.numel() == 0:
+            self._release_layer(block, kv)
+            block.layers[layer] = None
+            self._count(block, -before)
+            self.evicted_entries += before
+            if block.is_empty:
+                del self._blocks[block.block_id]
+                self.evicted_blocks += 1
+            return
+        keep = keep.to("cpu", torch.long)
+        if keep.numel() == before:
+            return
+        if block.tier is Tier.RESIDENT:
+            dev = keep.to(kv.keys.device)
+            new = LayerKV(kv.index[keep], kv.logical[:, keep], kv.keys[:, dev].clone(), kv.values[:, dev].clone())
+        else:
+            k, v = self.arena.load(kv.pages, kv.n_tokens, torch.device("cpu"))
+            self.arena.free(kv.pages)
+            new = LayerKV(kv.index[keep], kv.logical[:, keep], pages=self.arena.store(k[:, keep], v[:, keep]))
+        block.layers[layer] = new
+        self._count(block, new.n_tokens - before)
+        self.evicted_entries += before - new.n_tokens
+
+    def replace_layer(self, block: FrameBlock, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Overwrite a resident protected block's one layer (HERMES' running summary token), same token count."""
+        kv = block.layers[layer]
+        if block.tier is not Tier.RESIDENT or kv is None or keys.shape != kv.keys.shape:
+            raise ValueError("replace_layer needs a resident layer of the same shape")
+        kv.keys, kv.values = keys, values
+
+    def set_logical(self, block: FrameBlock, layer: int, logical: torch.Tensor) -> None:
+        """Move a layer's tokens to new logical positions (HERMES re-indexing); keys stay as stored."""
+        kv = block.layers[layer]
+        if kv is None or logical.shape != kv.logical.shape:
+            raise ValueError("logical positions must match the layer's kept tokens")
+        kv.logical = logical
+
+    def pages_needed(self, block: FrameBlock) -> int:
+        return sum(self.arena.pages_for(kv.n_tokens) for kv in block.layers if kv is not None)
 
     def can_offload(self, block: FrameBlock) -> bool:
         """Whether the arena could ever hold this block (with every other offloaded block evicted)."""
-        return self.arena is not None and self.arena.pages_for(block.n_tokens) <= self.arena.n_pages
+        return self.arena is not None and self.pages_needed(block) <= self.arena.n_pages
 
     def arena_has_room(self, block: FrameBlock) -> bool:
-        return self.arena is not None and self.arena.can_store(block.n_tokens)
+        return self.arena is not None and self.arena.can_store(self.pages_needed(block))
 
     def offload(self, block: FrameBlock) -> None:
         """Move a resident block to the host arena; the caller made room (``arena_has_room``)."""
         if block.tier is not Tier.RESIDENT:
             raise ValueError(f"block {block.block_id} is not resident")
-        block.pages = self.arena.store(block.keys, block.values)
-        block.keys = block.values = None
+        for kv in block.layers:
+            if kv is not None:
+                kv.pages = self.arena.store(kv.keys, kv.values)
+                kv.keys = kv.values = None
+        n = block.entries
         block.tier = Tier.OFFLOADED
-        self.resident_tokens -= block.n_tokens
-        self.offloaded_tokens += block.n_tokens
+        self.resident_entries -= n
+        self.offloaded_entries += n
 
     def evict(self, block: FrameBlock) -> None:
         """Remove a block from memory for good, counted."""
         del self._blocks[block.block_id]
+        n = block.entries
         self._release(block)
         self.evicted_blocks += 1
-        self.evicted_tokens += block.n_tokens
+        self.evicted_entries += n
 
     def clear(self) -> None:
         """Forget everything (a reset), not counted as evictions."""
@@ -108,11 +171,21 @@ class BlockStore:
             self._release(block)
         self._blocks.clear()
 
-    def _release(self, block: FrameBlock) -> None:
+    def _count(self, block: FrameBlock, delta: int) -> None:
         if block.tier is Tier.RESIDENT:
-            self.resident_tokens -= block.n_tokens
-            block.keys = block.values = None
+            self.resident_entries += delta
         else:
-            self.arena.free(block.pages)
-            self.offloaded_tokens -= block.n_tokens
-            block.pages = []
+            self.offloaded_entries += delta
+
+    def _release_layer(self, block: FrameBlock, kv: LayerKV) -> None:
+        if block.tier is Tier.RESIDENT:
+            kv.keys = kv.values = None
+        else:
+            self.arena.free(kv.pages)
+            kv.pages = []
+
+    def _release(self, block: FrameBlock) -> None:
+        self._count(block, -block.entries)
+        for kv in block.layers:
+            if kv is not None:
+                self._release_layer(block, kv)

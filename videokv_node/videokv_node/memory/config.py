@@ -1,33 +1,164 @@
 """Validated configuration of the memory engine.
 
 The ROS parameters map onto these dataclasses in one place
-(``videokv_node.ros.params``); the library never reads ROS parameters.
+(``videokv_node.ros.params``: a nested dataclass ``memory.streamkv`` becomes
+the parameters ``memory.streamkv.*``); the library never reads ROS parameters.
+Each policy's hyper-parameters default to the values of its paper; the
+comments say where a value comes from, and where the paper gave none and we chose.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-POLICIES = ("full", "rekv")
+POLICIES = ("full", "rekv", "streamkv", "hermes", "mukv")
+QUESTION_STAGES = ("none", "tgvkv")
+GRANULARITIES = ("patch", "frame", "segment")
+
+# StreamKV's key elements of a segment (paper, "KV Compression via Guidance Prompt").
+STREAMKV_GUIDANCE = (
+    "Describe the key elements of this video segment: the salient entities (people, objects, locations, "
+    "key visual concepts); the key events and actions (what happened, when and where); the temporal and "
+    "causal relationships (how events unfold, cause and effect); the contextual cues (scene changes, "
+    "dialogue, narrative shifts); and the important numbers and facts (counts, quantities, text)."
+)
+# HERMES replaces the unknown question by a generic one while streaming (paper 3.3, "pseudo query").
+HERMES_PSEUDO_QUERY = "What is happening in the video? Describe the objects, people, actions and events."
 
 
 class ConfigError(ValueError):
     """A configuration that cannot work; the message says which field and why."""
 
 
+def _check_fraction(prefix: str, name: str, value: float, low_open: bool = False) -> None:
+    ok = (0.0 < value <= 1.0) if low_open else (0.0 <= value <= 1.0)
+    if not ok:
+        raise ConfigError(f"{prefix}.{name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value}")
+
+
+@dataclass(slots=True)
+class StreamKVConfig:
+    """StreamKV (seed 000); defaults from its experimental setup."""
+
+    similarity_threshold: float = 0.99  # adjacent-frame cosine below this starts a segment
+    min_segment_frames: int = 4  # m: the exclusion window, segments are at least this long
+    max_segment_frames: int = 64  # M: beyond it the most similar adjacent pair is merged
+    summary_frames: bool = True  # a summary frame (mean of the segment) per segment, never compressed
+    compression_ratio: float = 0.6  # theta: share of a segment's frame blocks dropped per layer (paper's main setting: 60%)
+    retrieve_frames: int = 8  # N_r: blocks retrieved per layer on average (N = N_r x L)
+    guidance_prompt: str = STREAMKV_GUIDANCE  # compression criterion (paper: key semantic elements)
+
+    def __post_init__(self) -> None:
+        p = "memory.streamkv"
+        _check_fraction(p, "similarity_threshold", self.similarity_threshold)
+        if self.min_segment_frames < 1 or self.max_segment_frames < self.min_segment_frames:
+            raise ConfigError(f"{p}: need 1 <= min_segment_frames <= max_segment_frames")
+        if not 0.0 <= self.compression_ratio < 1.0:
+            raise ConfigError(f"{p}.compression_ratio must be in [0, 1), got {self.compression_ratio}")
+        if self.retrieve_frames < 1:
+            raise ConfigError(f"{p}.retrieve_frames must be >= 1")
+        if not self.guidance_prompt.strip():
+            raise ConfigError(f"{p}.guidance_prompt must not be empty")
+
+
+@dataclass(slots=True)
+class HermesConfig:
+    """HERMES (seed 002). The notes we have lost the paper's formulas; values marked 'ours' are our choices."""
+
+    shallow_ratio: float = 0.1  # share of layers that are sensory memory (paper: 10% shallow / 60% middle / 30% deep)
+    deep_ratio: float = 0.3  # share of layers that are long-term memory
+    recency_decay: float = 0.1  # k of exp(-k * age in frames) in shallow and middle layers (ours)
+    omega0: float = 1.0  # middle-layer recency weight at the shallow boundary (ours)
+    omega_gamma: float = 1.0  # its decrease to the deep boundary: omega = omega0 - gamma * depth (ours)
+    smoothing: float = 0.5  # lambda of cross-layer smoothing, s_l <- (1-lambda) s_l + lambda s_{l+1} (ours)
+    summary_token: bool = True  # pruned deep-layer tokens folded into one summary token per layer
+    reindex: str = "lazy"  # lazy (streaming, paper's choice for streams) or eager (offline)
+    reindex_at: float = 0.9  # lazy: re-index when positions pass this share of the model's maximum (ours)
+    pseudo_query: str = HERMES_PSEUDO_QUERY  # generic question scoring deep/middle layers while streaming
+
+    def __post_init__(self) -> None:
+        p = "memory.hermes"
+        _check_fraction(p, "shallow_ratio", self.shallow_ratio)
+        _check_fraction(p, "deep_ratio", self.deep_ratio)
+        if self.shallow_ratio + self.deep_ratio > 1.0:
+            raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
+        if self.recency_decay <= 0:
+            raise ConfigError(f"{p}.recency_decay must be > 0")
+        _check_fraction(p, "smoothing", self.smoothing)
+        _check_fraction(p, "reindex_at", self.reindex_at, low_open=True)
+        if self.reindex not in ("lazy", "eager"):
+            raise ConfigError(f"{p}.reindex must be lazy or eager, got {self.reindex!r}")
+        if not self.pseudo_query.strip():
+            raise ConfigError(f"{p}.pseudo_query must not be empty")
+
+
+@dataclass(slots=True)
+class MuKVConfig:
+    """MuKV (seed 001); defaults from the paper's main setting (LLaVA-OV: 49 / 196 / 784 tokens)."""
+
+    granularities: tuple[str, ...] = GRANULARITIES  # which memories are built
+    patch_split: int = 4  # a patch block is 1/patch_split of a frame's tokens (196 / 4 = 49)
+    segment_frames: int = 4  # a segment block is this many frames (4 x 196 = 784)
+    alpha_patch: float = 0.5  # weight of attention vs FFT energy in compression
+    alpha_frame: float = 0.7
+    alpha_segment: float = 0.8
+    keep_patch: float = 0.1  # rho: share of a block's tokens kept
+    keep_frame: float = 0.1
+    keep_segment: float = 0.8
+    retrieve_patch: int = 20  # k_g: blocks retrieved per granularity (total 64)
+    retrieve_frame: int = 32
+    retrieve_segment: int = 12
+    rerank_patch: float = 0.3  # lambda_g: weight of consistency with the top segments
+    rerank_frame: float = 0.3
+    rerank_segment: float = 0.0
+    top_segments: int = 5  # segment candidates whose mean is the rerank centroid
+    over_retrieval: int = 2  # stage 1 keeps over_retrieval x k_g candidates
+
+    def __post_init__(self) -> None:
+        p = "memory.mukv"
+        self.granularities = tuple(g for g in self.granularities if g)
+        if not self.granularities or any(g not in GRANULARITIES for g in self.granularities):
+            raise ConfigError(f"{p}.granularities must be a non-empty subset of {GRANULARITIES}, got {self.granularities}")
+        if self.patch_split < 1 or self.segment_frames < 1 or self.top_segments < 1 or self.over_retrieval < 1:
+            raise ConfigError(f"{p}: patch_split, segment_frames, top_segments and over_retrieval must be >= 1")
+        for g in GRANULARITIES:
+            _check_fraction(p, f"alpha_{g}", getattr(self, f"alpha_{g}"))
+            _check_fraction(p, f"keep_{g}", getattr(self, f"keep_{g}"), low_open=True)
+            _check_fraction(p, f"rerank_{g}", getattr(self, f"rerank_{g}"))
+            if getattr(self, f"retrieve_{g}") < 0:
+                raise ConfigError(f"{p}.retrieve_{g} must be >= 0")
+
+
+@dataclass(slots=True)
+class TGVKVConfig:
+    """TGV-KV (seed 004), the question-time stage."""
+
+    keep_ratio: float = 0.05  # share of the assembled context's KV kept for decoding (paper's headline: 5%)
+
+    def __post_init__(self) -> None:
+        _check_fraction("memory.tgvkv", "keep_ratio", self.keep_ratio, low_open=True)
+
+
 @dataclass(slots=True)
 class MemoryConfig:
     policy: str = "rekv"  # one of POLICIES; chosen at start, never changed at run time
-    budget_tokens: int = 16384  # cap on KV tokens resident on the model's device, prompt sink included
+    question_stage: str = "none"  # none or tgvkv: eviction of the assembled context after the question's prefill
+    budget_tokens: int = 16384  # cap on KV tokens resident on the model's device, prompt sink included (per layer)
     offload_bytes: int = 1 << 30  # cap on host RAM for offloaded KV blocks, allocated once at start
     local_window_tokens: int = 2048  # tokens of recent frames each new frame attends to while encoding
-    retrieve_frames: int = 8  # frame blocks retrieved per layer for a question (besides the recent ones)
+    retrieve_frames: int = 8  # rekv: frame blocks retrieved per layer for a question (besides the recent ones)
     page_tokens: int = 4  # host arena allocation unit, in tokens: divides 196 (LLaVA-OV) and 16 (tiny) exactly
     max_question_tokens: int = 512  # longer questions are refused
+    streamkv: StreamKVConfig = field(default_factory=StreamKVConfig)
+    hermes: HermesConfig = field(default_factory=HermesConfig)
+    mukv: MuKVConfig = field(default_factory=MuKVConfig)
+    tgvkv: TGVKVConfig = field(default_factory=TGVKVConfig)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ConfigError(f"memory.policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.question_stage not in QUESTION_STAGES:
+            raise ConfigError(f"memory.question_stage must be one of {QUESTION_STAGES}, got {self.question_stage!r}")
         for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"memory.{name} must be > 0, got {getattr(self, name)}")

@@ -3,10 +3,12 @@
 One thread owns an engine (the node's model worker); ``stats()`` may be read
 from any thread. The flow, ReKV's, with the policy deciding at each step:
 
-    frame -> vision tower -> decoder over [sink + policy.encoding_context] -> one FrameBlock
+    frame -> vision tower -> policy.on_frame -> encode jobs
+          -> decoder over [sink + policy.encoding_context] -> blocks -> policy.after_encode (compression)
           -> BlockStore -> caps enforced (policy picks the victims)
     question -> candidates (camera / time filter) -> policy.question_selection
-             -> one prefill pass, each layer attending to its own blocks -> answer
+             -> one prefill pass, each layer attending to its own blocks
+             -> question stage (TGV-KV eviction) -> answer
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import time
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
-from videokv_node.memory.policy import QuestionSelection, make_policy
+from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Evidence, Frame, Question, RequestError
+from videokv_node.memory.question_stage import make_question_stage
 from videokv_node.memory.retrieval_cache import (
     QueryCapture,
     RetrievingCache,
@@ -37,9 +40,10 @@ from videokv_node.models.adapter import VideoLLMAdapter
 class VideoMemoryEngine:
     """A bounded KV memory of a camera stream over one Video-LLM.
 
-    Guarantees, however long the stream: resident tokens (sink included) never
-    exceed ``budget_tokens`` after ``ingest`` returns, offloaded bytes never
-    exceed ``offload_bytes``, and every block that leaves memory is counted in
+    Guarantees, however long the stream: resident KV (sink included) never
+    exceeds ``budget_tokens`` tokens' worth (``budget_tokens x n_layers``
+    entries) after ``ingest`` returns, offloaded bytes never exceed
+    ``offload_bytes``, and every block that leaves memory is counted in
     ``frames_evicted``. A refused question (``RequestError``) changes nothing.
     """
 
@@ -47,7 +51,8 @@ class VideoMemoryEngine:
         self.adapter = adapter
         self.config = memory
         self.generation = generation
-        self.policy = make_policy(memory)
+        self.policy = make_policy(memory, adapter)
+        self.question_stage = make_question_stage(memory)
         offload = memory.offload_bytes if self.policy.uses_offload else 0
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
         self.sink = self._encode_sink()
@@ -62,56 +67,98 @@ class VideoMemoryEngine:
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
+        self._context_len = 0  # largest per-layer context (sink included) of the last question
+        self.policy.setup(self, self.probe)
         self._stats = self._snapshot()
 
     # --- ingest -----------------------------------------------------------
     def ingest(self, frames: list[Frame]) -> list[FrameBlock]:
-        """Encode frames (time order) into memory; returns their blocks (some may be evicted already)."""
+        """Encode frames (time order) into memory; returns the blocks made (some may be evicted already).
+
+        A policy that encodes segments may make no block for a frame yet (it waits in the open segment).
+        """
         if not frames:
             return []
         t0 = time.perf_counter()
         feats = self.adapter.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
         vision_ms = (time.perf_counter() - t0) * 1e3 / len(frames)
+        offsets = self.adapter.frame_positions(0)  # (P, T)
         blocks = []
         for frame, feat in zip(frames, feats):
             t1 = time.perf_counter()
-            blocks.append(self._ingest_one(frame, feat))
+            unit = Unit(feat=feat, offsets=offsets, camera=frame.camera, stamp_ns=frame.stamp_ns)
+            self._ingested += 1
+            for job in self.policy.on_frame(self.store, unit):
+                blocks.extend(self._encode_job(job))
             self._ingest_ms.add(vision_ms + (time.perf_counter() - t1) * 1e3)
         self._stats = self._snapshot()
         return blocks
 
     @torch.inference_mode()
-    def _ingest_one(self, frame: Frame, feat: torch.Tensor) -> FrameBlock:
-        context = self.policy.encoding_context(self.store)
-        cache, next_pos = placed_cache(self.adapter, self.store, self.sink, context)
-        n = feat.shape[0]
-        positions = torch.arange(next_pos, next_pos + n)
-        self.adapter.forward(feat[None], positions, cache, logits=False)
-        keys = torch.stack([layer.keys[0, :, -n:] for layer in cache.layers])  # (L, H, T, D)
-        values = torch.stack([layer.values[0, :, -n:] for layer in cache.layers])  # (L, H, T, D)
+    def _encode_units(self, job: EncodeJob) -> list[FrameBlock]:
+        """Run the decoder over a job's units after its context; returns blocks not yet in the store."""
+        context = self.policy.encoding_context(self.store, job)
+        per_layer = present_in(context, self.adapter.geometry.n_layers)
+        targets, start = self.policy.layout(self.sink.n_tokens, per_layer)
+        cache = placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+        positions = []
+        for unit in job.units:
+            positions.append(unit.offsets + start)
+            start += unit.span
+        embeds = torch.cat([u.feat for u in job.units])[None]  # (1, n, hidden)
+        all_pos = torch.cat(positions, dim=1)  # (P, n)
+        n = all_pos.shape[1]
+        self.adapter.forward(embeds, all_pos, cache, logits=False, observer=self.policy.encode_observer(job))
+        keys = torch.stack([layer.keys[0, :, -n:] for layer in cache.layers])  # (L, H, n, D)
+        values = torch.stack([layer.values[0, :, -n:] for layer in cache.layers])
         # Representative key for retrieval: mean of the *pre-RoPE* keys, so scores do not depend on position.
-        key_mean = self.adapter.rotate_keys(keys, -positions).float().mean(dim=2).cpu()  # (L, H, D)
-        block = FrameBlock(
-            block_id=self._next_block_id,
-            camera=frame.camera,
-            stamp_ns=frame.stamp_ns,
-            positions=positions,
-            key_mean=key_mean,
-            keys=keys.clone(),
-            values=values.clone(),
-        )
-        self._next_block_id += 1
-        self._ingested += 1
+        pre_rope = self.adapter.rotate_keys(keys, -all_pos).float()  # (L, H, n, D)
+        blocks, at = [], 0
+        for unit, pos in zip(job.units, positions):
+            t = pos.shape[1]
+            sl = slice(at, at + t)
+            at += t
+            index = torch.arange(t)
+            layers = [
+                LayerKV(index=index, logical=pos, keys=keys[l, :, sl].clone(), values=values[l, :, sl].clone())
+                for l in range(keys.shape[0])
+            ]
+            blocks.append(
+                FrameBlock(
+                    block_id=self._next_block_id,
+                    camera=unit.camera,
+                    stamp_ns=unit.stamp_ns,
+                    positions=pos,
+                    key_mean=pre_rope[:, :, sl].mean(dim=2).cpu(),
+                    layers=layers,
+                    kind=unit.kind,
+                    stream=job.stream,
+                    stamps_ns=unit.stamps_ns,
+                    rank=unit.rank,
+                    protected=unit.protected,
+                )
+            )
+            self._next_block_id += 1
+        return blocks
+
+    def _encode_job(self, job: EncodeJob) -> list[FrameBlock]:
+        blocks = self._encode_units(job)
         with self._lock:
-            self.store.add(block)
-            self.policy.after_ingest(self.store, block)
+            for block in blocks:
+                self.store.add(block)
+            self.policy.after_encode(self.store, job, blocks)
             self._enforce_caps()
-        return block
+        return blocks
+
+    def new_block_id(self) -> int:
+        """An id for a block a policy creates itself (HERMES' summary token)."""
+        self._next_block_id += 1
+        return self._next_block_id - 1
 
     def _enforce_caps(self) -> None:
         """Demote or evict, as the policy chooses, until the resident budget holds."""
-        budget = self.config.budget_tokens - self.sink.n_tokens
-        while self.store.resident_tokens > budget:
+        budget = (self.config.budget_tokens - self.sink.n_tokens) * self.adapter.geometry.n_layers
+        while self.store.resident_entries > budget:
             victim = self.policy.demotion_victim(self.store)
             if not (self.policy.uses_offload and self.store.can_offload(victim)):
                 self.store.evict(victim)
@@ -119,6 +166,25 @@ class VideoMemoryEngine:
             while not self.store.arena_has_room(victim):
                 self.store.evict(self.policy.offload_victim(self.store))
             self.store.offload(victim)
+
+    @torch.inference_mode()
+    def probe(self, text: str) -> torch.Tensor:
+        """(L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
+
+        Policies that score memory against a text before or without the real
+        pass (StreamKV's guidance prompt and layer-adaptive retrieval, HERMES'
+        pseudo query, MuKV's question vector) read its queries here, in the
+        context of the prompt only: the same context for every memory.
+        """
+        ids = self.adapter.text_ids(text)
+        geo = self.adapter.geometry
+        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, keep_all=True)
+        cache = placed_cache(self.adapter, self.store, self.sink, [[] for _ in range(geo.n_layers)], [[] for _ in range(geo.n_layers)])
+        with capture.attached(self.adapter.query_modules()):
+            self.adapter.forward(
+                self.adapter.embed_tokens(ids), self.adapter.text_positions(self.sink.n_tokens, len(ids)), cache, logits=False
+            )
+        return torch.stack([capture.all(layer) for layer in range(geo.n_layers)])
 
     # --- questions --------------------------------------------------------
     def validate(self, question: Question) -> list[int]:
@@ -147,13 +213,15 @@ class VideoMemoryEngine:
         return ids
 
     def candidates(self, question: Question) -> list[FrameBlock]:
-        cams = set(question.cameras)
+        """Blocks of the asked cameras holding a frame in the asked time window (time order)."""
+        return [b for b in self.store.blocks() if self._matches(question, b.camera, b.stamps_ns)]
+
+    @staticmethod
+    def _matches(question: Question, camera: str, stamps: tuple[int, ...]) -> bool:
+        if question.cameras and camera not in question.cameras:
+            return False
         until = question.until_ns or None
-        return [
-            b
-            for b in self.store.blocks()
-            if (not cams or b.camera in cams) and b.stamp_ns >= question.since_ns and (until is None or b.stamp_ns <= until)
-        ]
+        return any(s >= question.since_ns and (until is None or s <= until) for s in stamps)
 
     @torch.inference_mode()
     def ask(self, question: Question, on_token=None) -> Answer:
@@ -161,19 +229,27 @@ class VideoMemoryEngine:
         t0 = time.perf_counter()
         ids = self.validate(question)
         candidates = self.candidates(question)
-        if not candidates:
+        # Frames a policy has not encoded yet (an open segment) are encoded for this question only.
+        pending = [u for u in self.policy.pending_units() if self._matches(question, u.camera, u.stamps_ns or (u.stamp_ns,))]
+        if not candidates and not pending:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
-        selection = self.policy.question_selection(self.store, candidates)
+        selection = self.policy.question_selection(self.store, candidates, self.probe, question.text)
+        if pending:
+            selection.fixed = selection.fixed + self._encode_units(EncodeJob(pending))
         geo = self.adapter.geometry
         capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim)
-        cache, chosen, n_ctx = self._question_cache(selection, capture)
+        cache, chosen, next_pos = self._question_cache(selection, capture)
         max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
-        if n_ctx + len(ids) + max_new > self.adapter.max_positions:
-            raise RequestError(f"context of {n_ctx + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
-        positions = torch.arange(n_ctx, n_ctx + len(ids))
+        if next_pos + len(ids) + max_new > self.adapter.max_positions:
+            raise RequestError(f"context of {next_pos + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
+        positions = self.adapter.text_positions(next_pos, len(ids))
+        stage = self.question_stage
+        observer = stage.observer(self.sink.n_tokens, len(ids)) if stage is not None else None
         with capture.attached(self.adapter.query_modules()):
-            logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache)
+            logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
+        if stage is not None and not question.options:
+            stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         ttft = time.perf_counter() - t0
         if question.options:
             letter_ids = self.adapter.option_token_ids(len(question.options))
@@ -183,30 +259,41 @@ class VideoMemoryEngine:
             if on_token:
                 on_token(text)
         else:
-            text = self._generate(logits, cache, n_ctx + len(ids), max_new, on_token)
+            text = self._generate(logits, cache, next_pos + len(ids), max_new, on_token)
             index, scores = -1, []
-        evidence = sorted((Evidence(b.stamp_ns, b.camera) for b in chosen.values()), key=lambda e: (e.stamp_ns, e.camera))
-        return Answer(text, index, scores, evidence, ttft, time.perf_counter() - t0, n_ctx)
+        cited = {(s, b.camera) for b in chosen.values() if b.stamp_ns > 0 or b.kind != "summary" for s in b.stamps_ns}
+        evidence = [Evidence(s, c) for s, c in sorted(cited)]
+        return Answer(text, index, scores, evidence, ttft, time.perf_counter() - t0, self._context_len)
 
     def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
-        """The cache a question attends to, the blocks it will use (filled as layers run) and the context length.
+        """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.
 
         ``last_layer_blocks[layer]`` records the block ids each layer attended to (for tests and debugging).
         """
         n_layers = self.adapter.geometry.n_layers
-        fixed_tokens = sum(b.n_tokens for b in selection.fixed)
+        fixed = present_in(selection.fixed, n_layers)
         k = min(selection.k, len(selection.pool))
-        if k == len(selection.pool):  # everything fits: no scoring, the same blocks in every layer
-            blocks = sorted(selection.fixed + selection.pool, key=lambda b: b.block_id)
-            cache, n_ctx = placed_cache(self.adapter, self.store, self.sink, blocks)
-            self.last_layer_blocks = [[b.block_id for b in blocks] for _ in range(n_layers)]
-            return cache, {b.block_id: b for b in blocks}, n_ctx
-        sizes = {b.n_tokens for b in selection.pool}
-        if len(sizes) != 1:
-            # Per-layer top-k over blocks of different sizes would give layers different lengths,
-            # which one causal mask cannot describe. No policy in this engine produces that yet.
-            raise RuntimeError("per-layer retrieval needs equal-size blocks in the pool")
-        n_ctx = self.sink.n_tokens + fixed_tokens + k * sizes.pop()
+        static = selection.per_layer
+        if static is None and k == len(selection.pool):  # everything fits: no scoring
+            static = [list(selection.pool) for _ in range(n_layers)]
+        if static is not None:
+            per_layer = [
+                sorted(fixed[l] + [b for b in static[l] if b.layers[l] is not None], key=lambda b: b.order)
+                for l in range(n_layers)
+            ]
+            targets, next_pos = self.policy.layout(self.sink.n_tokens, per_layer)
+            cache = placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+            self.last_layer_blocks = [[b.block_id for b in blocks] for blocks in per_layer]
+            self._context_len = max(self.sink.n_tokens + sum(b.layer_tokens(l) for b in blocks) for l, blocks in enumerate(per_layer))
+            return cache, {b.block_id: b for blocks in per_layer for b in blocks}, next_pos
+        # ReKV's in-pass per-layer retrieval: every layer attends to the same number of tokens.
+        sizes = {b.layer_tokens(l) for b in selection.pool for l in range(n_layers)}
+        if len(sizes) != 1 or any(b.layer_tokens(l) != b.n_tokens for b in selection.fixed for l in range(n_layers)):
+            raise RuntimeError("per-layer retrieval needs uncompressed, equal-size blocks")
+        plan = sorted(selection.fixed + selection.pool[:k], key=lambda b: b.order)
+        _, next_pos = self.policy.layout(self.sink.n_tokens, [plan])
+        n_ctx = self.sink.n_tokens + sum(b.n_tokens for b in plan)
+        self._context_len = n_ctx
         key_means = torch.stack([b.key_mean for b in selection.pool])  # (N, L, H, D)
         chosen: dict[int, FrameBlock] = {b.block_id: b for b in selection.fixed}
         self.last_layer_blocks = [[] for _ in range(n_layers)]
@@ -214,12 +301,13 @@ class VideoMemoryEngine:
         def materialize(layer: int):
             query = capture.mean(layer).cpu()  # (H, D)
             picked = [selection.pool[i] for i in top_k_blocks(query, key_means[:, layer], k)]
-            blocks = sorted(selection.fixed + picked, key=lambda b: b.block_id)
+            blocks = sorted(selection.fixed + picked, key=lambda b: b.order)
             chosen.update((b.block_id, b) for b in picked)
             self.last_layer_blocks[layer] = [b.block_id for b in blocks]
-            return place_layer(self.adapter, self.store, self.sink, blocks, layer)
+            targets, _ = self.policy.layout(self.sink.n_tokens, [blocks])
+            return place_layer(self.adapter, self.store, self.sink, blocks, targets[0], layer)
 
-        return RetrievingCache(n_ctx, materialize, n_layers), chosen, n_ctx
+        return RetrievingCache(n_ctx, materialize, n_layers), chosen, next_pos
 
     def _generate(self, logits: torch.Tensor, cache, next_pos: int, max_new: int, on_token) -> str:
         """Greedy decoding; stops at end-of-turn or ``max_new`` tokens."""
@@ -234,7 +322,7 @@ class VideoMemoryEngine:
                 on_token(self.adapter.decode(out))
             if step + 1 == max_new:
                 break
-            logits = self.adapter.forward(self.adapter.embed_tokens([token]), torch.tensor([next_pos]), cache)
+            logits = self.adapter.forward(self.adapter.embed_tokens([token]), self.adapter.text_positions(next_pos, 1), cache)
             next_pos += 1
         return self.adapter.decode(out).strip()
 
@@ -243,7 +331,7 @@ class VideoMemoryEngine:
     def _encode_sink(self) -> Sink:
         ids = self.adapter.prefix_ids()
         cache = DynamicCache()
-        self.adapter.forward(self.adapter.embed_tokens(ids), torch.arange(len(ids)), cache, logits=False)
+        self.adapter.forward(self.adapter.embed_tokens(ids), self.adapter.text_positions(0, len(ids)), cache, logits=False)
         keys = torch.stack([layer.keys[0] for layer in cache.layers])  # (L, H, S, D)
         values = torch.stack([layer.values[0] for layer in cache.layers])
         return Sink(keys, values)
@@ -252,6 +340,7 @@ class VideoMemoryEngine:
         """Forget every frame; the sink and the lifetime counters stay."""
         with self._lock:
             self.store.clear()
+            self.policy.reset()
         self._ingest_ms.clear()
         self._stats = self._snapshot()
 
@@ -271,21 +360,23 @@ class VideoMemoryEngine:
         with self._lock:
             blocks = list(self.store.blocks())
             sink = self.sink.n_tokens if self.sink is not None else 0
-            resident = self.store.resident_tokens + sink
+            n_layers = self.adapter.geometry.n_layers
+            resident_entries = self.store.resident_entries + sink * n_layers
             arena = self.store.arena
+            stamps = [s for b in blocks if b.stamp_ns > 0 or b.kind != "summary" for s in b.stamps_ns]
             return EngineStats(
                 policy=self.policy.name,
                 frames_ingested=self._ingested,
                 frames_evicted=self.store.evicted_blocks,
                 frames_in_memory=len(blocks),
-                tokens_resident=resident,
-                tokens_offloaded=self.store.offloaded_tokens,
-                bytes_resident=self.store.block_bytes(resident),
+                tokens_resident=-(-resident_entries // n_layers),
+                tokens_offloaded=-(-self.store.offloaded_entries // n_layers),
+                bytes_resident=self.store.entry_bytes(resident_entries),
                 bytes_offloaded=self.store.offloaded_bytes,
                 budget_tokens=self.config.budget_tokens,
                 budget_offload_bytes=0 if arena is None else arena.capacity_bytes,
-                oldest_stamp_ns=min((b.stamp_ns for b in blocks), default=0),
-                newest_stamp_ns=max((b.stamp_ns for b in blocks), default=0),
+                oldest_stamp_ns=min(stamps, default=0),
+                newest_stamp_ns=max(stamps, default=0),
                 ingest_ms_p50=self._ingest_ms.percentile(50),
                 ingest_ms_p95=self._ingest_ms.percentile(95),
             )

@@ -1,9 +1,10 @@
-"""Host memory for offloaded KV blocks, allocated once and never grown.
+"""Host memory for offloaded KV, allocated once and never grown.
 
 A robot runs for days: the offload tier must have a fixed footprint decided at
-start, not a heap that fragments. The arena is a fixed array of pages of
-``page_tokens`` tokens; a block takes ceil(T / page_tokens) pages, in any order
-(gathered by index), so blocks of different sizes never fragment it.
+start, not a heap that fragments. The arena is a fixed array of pages; a page
+holds ``page_tokens`` tokens of *one layer* (K and V of every KV head), so
+blocks compressed differently per layer cost exactly what they keep. A layer's
+tokens take ceil(t / page_tokens) pages, in any order (gathered by index).
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ from videokv_node.models.adapter import KVGeometry
 
 
 class HostKVArena:
-    """Fixed pool of KV pages in host RAM.
+    """Fixed pool of one-layer KV pages in host RAM.
 
     Invariants: ``free_pages + used_pages == n_pages`` always; a page belongs to
-    at most one block; ``capacity_bytes <= offload_bytes`` given at construction.
+    at most one block layer; ``capacity_bytes <= offload_bytes`` given at construction.
     """
 
     def __init__(self, geometry: KVGeometry, offload_bytes: int, page_tokens: int, pin_memory: bool = False) -> None:
         self.geometry = geometry
         self.page_tokens = page_tokens
-        self.page_bytes = page_tokens * geometry.bytes_per_token
+        self.page_bytes = page_tokens * geometry.bytes_per_token // geometry.n_layers
         self.n_pages = offload_bytes // self.page_bytes
-        shape = (self.n_pages, geometry.n_layers, geometry.n_kv_heads, page_tokens, geometry.head_dim)
+        shape = (self.n_pages, geometry.n_kv_heads, page_tokens, geometry.head_dim)
         # torch.empty: the OS commits pages only when written, so a large cap costs nothing until used.
-        self._keys = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)  # (P, L, H, page, D)
+        self._keys = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)  # (P, H, page, D)
         self._values = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)
         self._free: list[int] = list(range(self.n_pages - 1, -1, -1))  # a stack: lowest pages first, then the last freed
 
@@ -46,34 +47,31 @@ class HostKVArena:
     def pages_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.page_tokens)
 
-    def can_store(self, n_tokens: int) -> bool:
-        return self.pages_for(n_tokens) <= len(self._free)
+    def can_store(self, n_pages: int) -> bool:
+        return n_pages <= len(self._free)
 
     def store(self, keys: torch.Tensor, values: torch.Tensor) -> list[int]:
-        """Copy (L, H, T, D) K/V into free pages; raises MemoryError when they do not fit (check ``can_store``)."""
-        n_tokens = keys.shape[2]
+        """Copy one layer's (H, t, D) K/V into free pages; raises MemoryError when they do not fit."""
+        n_tokens = keys.shape[1]
         n = self.pages_for(n_tokens)
         if n > len(self._free):
             raise MemoryError(f"host arena full: need {n} pages, {len(self._free)} free")
         pages = [self._free.pop() for _ in range(n)]
         pad = n * self.page_tokens - n_tokens
         for src, dst in ((keys, self._keys), (values, self._values)):
-            src = torch.nn.functional.pad(src, (0, 0, 0, pad)) if pad else src  # (L, H, n * page, D)
-            paged = src.reshape(src.shape[0], src.shape[1], n, self.page_tokens, src.shape[3]).permute(2, 0, 1, 3, 4)
-            dst[torch.tensor(pages)] = paged.to("cpu", non_blocking=True)  # (n, L, H, page, D)
+            src = torch.nn.functional.pad(src, (0, 0, 0, pad)) if pad else src  # (H, n * page, D)
+            paged = src.reshape(src.shape[0], n, self.page_tokens, src.shape[2]).transpose(0, 1)  # (n, H, page, D)
+            dst[torch.tensor(pages)] = paged.to("cpu", non_blocking=True)
         return pages
 
-    def load(
-        self, pages: list[int], n_tokens: int, device: torch.device, layer: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gather a block's pages -> (L, H, T, D) K and V on ``device``; (H, T, D) for one ``layer``."""
+    def load(self, pages: list[int], n_tokens: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather one layer's pages -> (H, t, D) K and V on ``device``."""
         idx = torch.tensor(pages)
         out = []
         for src in (self._keys, self._values):
-            paged = src[idx] if layer is None else src[idx, layer][:, None]  # (n, L or 1, H, page, D)
-            n, L, H, P, D = paged.shape
-            flat = paged.permute(1, 2, 0, 3, 4).reshape(L, H, n * P, D)[:, :, :n_tokens]  # (L, H, T, D)
-            flat = flat if layer is None else flat[0]
+            paged = src[idx]  # (n, H, page, D)
+            n, H, P, D = paged.shape
+            flat = paged.transpose(0, 1).reshape(H, n * P, D)[:, :n_tokens]
             out.append(flat.to(device, non_blocking=True))
         return out[0], out[1]
 

@@ -1,61 +1,125 @@
 """The interface every memory policy implements, and the factory that picks one.
 
-A policy decides, never stores: which resident blocks a new frame attends to
-while it is encoded, which block leaves the device when the resident budget is
-exceeded, which offloaded block is dropped when the host arena is full, and
-which blocks a question attends to. The engine and the block store do the
-moving and the counting, so a policy is a small class (see ``policies/``).
+A policy decides, never stores: what gets encoded when a frame arrives (one
+block per frame, a whole segment plus its summary, three granularities), what
+the new tokens attend to while encoded, what is compressed right after, which
+block leaves the device when the resident budget is exceeded, where kept
+tokens stand for RoPE, and what a question attends to in each layer. The
+engine and the block store do the moving and the counting, so a policy is a
+small class (see ``policies/``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
 
 from videokv_node.memory.block import FrameBlock, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import MemoryConfig
+from videokv_node.memory.retrieval_cache import Targets, pack_layout
+from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.models.attention import AttentionObserver
+
+if TYPE_CHECKING:
+    from videokv_node.memory.engine import VideoMemoryEngine
+
+# probe(text) -> (L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
+Probe = Callable[[str], torch.Tensor]
+
+
+@dataclass(eq=False, slots=True)
+class Unit:
+    """Embeddings that become one block when encoded.
+
+    ``offsets`` are its tokens' positions relative to its start ((P, T), min 0);
+    the unit after it starts ``span`` positions later.
+    """
+
+    feat: torch.Tensor  # (T, hidden) input embeddings
+    offsets: torch.Tensor  # (P, T) int64
+    camera: str
+    stamp_ns: int
+    stamps_ns: tuple[int, ...] = ()
+    kind: str = "frame"
+    rank: int = 0
+    protected: bool = False
+
+    @property
+    def span(self) -> int:
+        return int(self.offsets.max()) + 1
+
+
+@dataclass(eq=False, slots=True)
+class EncodeJob:
+    """Units encoded together in one forward pass (causal among themselves), in one stream."""
+
+    units: list[Unit]
+    stream: str = "frame"
 
 
 @dataclass(slots=True)
 class QuestionSelection:
-    """What a question attends to, per layer: every ``fixed`` block plus the top ``k`` of ``pool``.
+    """What a question attends to, per layer.
 
-    The engine scores ``pool`` separately in each layer (ReKV: the question's mean
-    query against each block's mean key) and puts the union in time order.
-    Invariant: ``fixed`` and ``pool`` are disjoint.
+    Either static (``per_layer``: each layer's blocks, decided before the pass),
+    or ReKV's in-pass retrieval: every ``fixed`` block plus the top ``k`` of
+    ``pool``, scored separately in each layer with that layer's question query.
+    ``fixed`` blocks are attended in every layer (where they keep tokens).
     """
 
     fixed: list[FrameBlock] = field(default_factory=list)
     pool: list[FrameBlock] = field(default_factory=list)
     k: int = 0
-
-    @property
-    def n_blocks_per_layer(self) -> int:
-        return len(self.fixed) + min(self.k, len(self.pool))
+    per_layer: list[list[FrameBlock]] | None = None
 
 
 class MemoryPolicy(ABC):
-    """Base policy: oldest-first demotion and eviction; subclasses say what is attended to."""
+    """Base policy: one block per frame, oldest-first demotion and eviction, packed positions."""
 
     name: ClassVar[str]
     uses_offload: ClassVar[bool]  # False: a block leaving the device is evicted, not offloaded
 
-    def __init__(self, config: MemoryConfig) -> None:
+    def __init__(self, config: MemoryConfig, adapter: VideoLLMAdapter) -> None:
         self.config = config
+        self.adapter = adapter
+        self.n_layers = adapter.geometry.n_layers
+
+    def setup(self, engine: "VideoMemoryEngine", probe: Probe) -> None:
+        """Called once the sink is encoded; policies with guidance prompts compute them here."""
+
+    def reset(self) -> None:
+        """Forget per-stream state (open segments, counters) on a memory reset."""
+
+    # --- encoding -----------------------------------------------------------
+    def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
+        """What to encode now that ``unit`` (one frame) arrived: by default that frame, alone."""
+        return [EncodeJob([unit])]
 
     @abstractmethod
-    def encoding_context(self, store: BlockStore) -> list[FrameBlock]:
-        """Resident blocks, in time order, that the next frame attends to (besides the prompt sink)."""
+    def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
+        """Resident blocks, in time order, that the job's tokens attend to (besides the prompt sink)."""
 
-    @abstractmethod
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock]) -> QuestionSelection:
-        """Split the question's candidate blocks (time order, already filtered by camera/time) into fixed and pool."""
+    def encode_observer(self, job: EncodeJob) -> AttentionObserver | None:
+        """An observer of the job's forward pass (for attention-based compression); none by default."""
+        return None
 
-    def after_ingest(self, store: BlockStore, block: FrameBlock) -> None:
-        """Hook for policies that compress or segment right after a frame is encoded; none by default."""
+    def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
+        """Compress right after a job is encoded (its blocks are in the store); nothing by default."""
 
+    def pending_units(self) -> list[Unit]:
+        """Frames received but not yet encoded (an open segment); a question encodes them for itself."""
+        return []
+
+    def layout(self, sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
+        """Where each layer's kept tokens stand for RoPE, and the next free position."""
+        return pack_layout(self.adapter, sink_len, per_layer)
+
+    # --- caps ---------------------------------------------------------------
     def demotion_victim(self, store: BlockStore) -> FrameBlock:
         """The resident block to move off the device when over budget: the oldest."""
         victim = store.oldest(Tier.RESIDENT)
@@ -70,9 +134,14 @@ class MemoryPolicy(ABC):
             raise RuntimeError("host arena full with no offloaded block")
         return victim
 
+    # --- questions ----------------------------------------------------------
+    @abstractmethod
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
+        """Choose the question's context among ``candidates`` (time order, already filtered by camera/time)."""
+
 
 def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
-    """The longest suffix of ``blocks`` (time order) whose tokens fit in ``max_tokens``."""
+    """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
     out: list[FrameBlock] = []
     total = 0
     for block in reversed(blocks):
@@ -84,8 +153,13 @@ def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]
     return out
 
 
-def make_policy(config: MemoryConfig) -> MemoryPolicy:
+def present_in(blocks: Sequence[FrameBlock], n_layers: int) -> list[list[FrameBlock]]:
+    """Per layer, the blocks that keep tokens in that layer (order kept)."""
+    return [[b for b in blocks if b.layers[layer] is not None] for layer in range(n_layers)]
+
+
+def make_policy(config: MemoryConfig, adapter: VideoLLMAdapter) -> MemoryPolicy:
     """The only place a policy name is looked up."""
     from videokv_node.memory.policies import POLICY_CLASSES
 
-    return POLICY_CLASSES[config.policy](config)
+    return POLICY_CLASSES[config.policy](config, adapter)

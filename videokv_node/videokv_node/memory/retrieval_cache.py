@@ -2,19 +2,23 @@
 
 Two ways, both through the public Cache API:
 
-- ``placed_cache``: a plain ``DynamicCache`` holding the sink and a list of
-  blocks, used while encoding frames and for questions that need no retrieval.
-- ``RetrievingCache``: for per-layer retrieval inside one forward pass. Each
-  layer's cache is empty until the decoder calls ``update`` on it; by then the
-  layer's ``q_proj`` forward hook has captured the question's queries for that
-  layer, so the layer picks its own top-k blocks right there, as ReKV retrieves
-  inside attention, without patching attention code.
+- ``placed_cache``: a plain ``DynamicCache`` holding, per layer, the sink and
+  that layer's blocks; used while encoding and for questions whose context is
+  known before the pass. Layers may hold different blocks and so different
+  lengths (the ``videokv`` attention masks each layer by its own length).
+- ``RetrievingCache``: for ReKV's per-layer retrieval inside one forward pass.
+  Each layer's cache is empty until the decoder calls ``update`` on it; by then
+  the layer's ``q_proj`` forward hook has captured the question's queries for
+  that layer, so the layer picks its own top-k blocks right there, as ReKV
+  retrieves inside attention, without patching attention code.
 
-Placement: the sink keeps positions [0, S); blocks follow in time order at
-consecutive positions, each key re-rotated from the position it was encoded at
-(exact: ``models/rope.py``). Consecutive placement keeps positions bounded on an
-endless stream and treats retrieved frames as adjacent, which is also what
-StreamKV prescribes.
+Placement: the sink keeps positions [0, S). A layout (``pack_layout`` by
+default, see ``VideoLLMAdapter.pack``) gives each kept token its position now,
+and each key is re-rotated from the position it was encoded at (exact:
+``models/rope.py``). The default packs each layer's tokens consecutively and
+right-aligns the layers on one end position, so that in every layer the
+memory sits right before the question: StreamKV's "retrieved tokens treated as
+consecutive", which also keeps positions bounded on an endless stream.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
 
+# Per layer, the target positions (P, t) of each of its blocks' kept tokens, in the layer's block order.
+Targets = list[list[torch.Tensor]]
+
 
 class Sink:
     """The prompt tokens before the first frame, resident for the engine's lifetime: (L, H, S, D)."""
@@ -42,19 +49,47 @@ class Sink:
         return self.keys.shape[2]
 
 
+def stored_positions(block: FrameBlock, layer: int) -> torch.Tensor:
+    """(P, t) positions the kept keys of ``block`` in ``layer`` are rotated at."""
+    return block.positions[:, block.layers[layer].index]
+
+
+def pack_layout(adapter: VideoLLMAdapter, sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
+    """Consecutive placement after the sink, layers right-aligned on one end; returns (targets, next position)."""
+    packed, ends = [], []
+    for layer, blocks in enumerate(per_layer):
+        targets, end = adapter.pack([stored_positions(b, layer) for b in blocks], sink_len)
+        packed.append(targets)
+        ends.append(end)
+    end = max(ends, default=sink_len)
+    return [[t + (end - e) for t in ts] for ts, e in zip(packed, ends)], end
+
+
+def logical_layout(sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
+    """Tokens stay at their logical positions (HERMES' lazy re-indexing); next position after the largest."""
+    targets = [[b.layers[layer].logical for b in blocks] for layer, blocks in enumerate(per_layer)]
+    end = max((int(t.max()) + 1 for ts in targets for t in ts if t.numel()), default=sink_len)
+    return targets, max(end, sink_len)
+
+
 def place_layer(
-    adapter: VideoLLMAdapter, store: BlockStore, sink: Sink, blocks: Sequence[FrameBlock], layer: int
+    adapter: VideoLLMAdapter,
+    store: BlockStore,
+    sink: Sink,
+    blocks: Sequence[FrameBlock],
+    targets: Sequence[torch.Tensor],
+    layer: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer's sink + blocks at consecutive positions -> (1, H, S + sum T, D) K and V.
+    """One layer's sink + blocks at ``targets`` -> (1, H, S + sum t, D) K and V.
 
     All blocks are rotated in one call over their concatenated keys: per-block
     calls made placement cost grow with Python overhead per block (docs/BENCHMARKS.md).
     """
     if not blocks:
         return sink.keys[layer][None], sink.values[layer][None]
-    kvs = [store.layer_kv(block, layer) for block in blocks]  # each (H, T, D)
-    stored = torch.cat([block.positions for block in blocks])  # (N,) positions the keys carry
-    target = torch.arange(sink.n_tokens, sink.n_tokens + stored.numel())
+    kvs = [store.layer_kv(block, layer) for block in blocks]  # each (H, t, D)
+    stored = torch.cat([stored_positions(b, layer) for b in blocks], dim=1)  # (P, N)
+    target = torch.cat(list(targets), dim=1)  # (P, N)
     moved = adapter.rotate_keys(torch.cat([k for k, _ in kvs], dim=1), target - stored)  # (H, N, D)
     keys = torch.cat([sink.keys[layer], moved], dim=1)
     values = torch.cat([sink.values[layer]] + [v for _, v in kvs], dim=1)
@@ -62,19 +97,17 @@ def place_layer(
 
 
 def placed_cache(
-    adapter: VideoLLMAdapter, store: BlockStore, sink: Sink, blocks: Sequence[FrameBlock]
-) -> tuple[DynamicCache, int]:
-    """A DynamicCache of sink + blocks, and the next free position."""
-    layers = [place_layer(adapter, store, sink, blocks, layer) for layer in range(adapter.geometry.n_layers)]
-    next_pos = sink.n_tokens + sum(b.n_tokens for b in blocks)
-    return DynamicCache(ddp_cache_data=layers), next_pos
+    adapter: VideoLLMAdapter, store: BlockStore, sink: Sink, per_layer: Sequence[Sequence[FrameBlock]], targets: Targets
+) -> DynamicCache:
+    """A DynamicCache whose layer ``l`` holds the sink and ``per_layer[l]`` at ``targets[l]``."""
+    layers = [place_layer(adapter, store, sink, blocks, targets[l], l) for l, blocks in enumerate(per_layer)]
+    return DynamicCache(ddp_cache_data=layers)
 
 
 class _RetrievingLayer(DynamicLayer):
     """A DynamicLayer that fills itself on first ``update`` from a callback, then behaves as usual.
 
-    ``get_seq_length`` reports the planned context length before it is filled,
-    so the causal mask built before layer 0 runs has the right size.
+    ``get_seq_length`` reports the planned context length before it is filled.
     """
 
     def __init__(self, planned_length: int, materialize: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> None:
@@ -96,7 +129,7 @@ class _RetrievingLayer(DynamicLayer):
 
 
 class RetrievingCache(Cache):
-    """One ``_RetrievingLayer`` per decoder layer; ``chosen[layer]`` records what each layer attended to."""
+    """One ``_RetrievingLayer`` per decoder layer."""
 
     def __init__(self, planned_length: int, materialize: Callable[[int], tuple[torch.Tensor, torch.Tensor]], n_layers: int):
         layers = [_RetrievingLayer(planned_length, lambda layer=layer: materialize(layer)) for layer in range(n_layers)]
@@ -104,21 +137,26 @@ class RetrievingCache(Cache):
 
 
 class QueryCapture:
-    """Mean pre-RoPE query per layer of the tokens of one forward pass, grouped per KV head.
+    """Pre-RoPE queries per layer of the tokens of one forward pass, grouped per KV head.
 
-    Filled by forward hooks on the adapter's ``query_modules``; ``mean(layer)`` is
-    (H_kv, D): the question's queries averaged over tokens and over the query
-    heads that share each KV head (GQA).
+    Filled by forward hooks on the adapter's ``query_modules``. ``mean(layer)``
+    is (H_kv, D): the queries averaged over tokens and over the query heads
+    that share each KV head (GQA). With ``keep_all`` the full (n, H_q, D)
+    queries are kept too (``all(layer)``), for policies that score with them.
     """
 
-    def __init__(self, n_q_heads: int, n_kv_heads: int, head_dim: int) -> None:
+    def __init__(self, n_q_heads: int, n_kv_heads: int, head_dim: int, keep_all: bool = False) -> None:
         self.n_q_heads, self.n_kv_heads, self.head_dim = n_q_heads, n_kv_heads, head_dim
+        self.keep_all = keep_all
         self._means: dict[int, torch.Tensor] = {}
+        self._all: dict[int, torch.Tensor] = {}
 
     def hook(self, layer: int):
         def _hook(module, inputs, output):  # output: (B, n, H_q * D)
-            q = output[0].float().view(-1, self.n_q_heads, self.head_dim).mean(0)  # (H_q, D)
-            self._means[layer] = q.view(self.n_kv_heads, -1, self.head_dim).mean(1)  # (H_kv, D)
+            q = output[0].float().view(-1, self.n_q_heads, self.head_dim)  # (n, H_q, D)
+            self._means[layer] = q.mean(0).view(self.n_kv_heads, -1, self.head_dim).mean(1)  # (H_kv, D)
+            if self.keep_all:
+                self._all[layer] = q
 
         return _hook
 
@@ -126,6 +164,9 @@ class QueryCapture:
         if layer not in self._means:
             raise RuntimeError(f"no query captured for layer {layer}: q_proj must run before the cache update")
         return self._means[layer]
+
+    def all(self, layer: int) -> torch.Tensor:
+        return self._all[layer]
 
     @contextmanager
     def attached(self, modules: Sequence[torch.nn.Module]) -> Iterator["QueryCapture"]:

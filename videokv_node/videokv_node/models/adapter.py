@@ -95,6 +95,10 @@ class VideoLLMAdapter(ABC):
         """Tokens before the first frame (system prompt, user turn opening): the attention sink."""
 
     @abstractmethod
+    def text_ids(self, text: str) -> list[int]:
+        """Plain text -> token ids, no special tokens added (guidance prompts, pseudo queries)."""
+
+    @abstractmethod
     def question_ids(self, question: str, options: list[str]) -> list[int]:
         """Tokens after the frames: the question, the options if any, and the assistant turn opening."""
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
+from videokv_node.models.qwen2_5_vl import Qwen25VLAdapter
 
+# Seeded random-weight models built from a config, by name (no files).
+TINY_MODELS = {"tiny": LlavaOnevisionAdapter.tiny, "tiny-qwen2.5-vl": Qwen25VLAdapter.tiny}
+# Local checkpoints, by the ``model_type`` of their config.json.
+CHECKPOINT_ADAPTERS = {"llava_onevision": LlavaOnevisionAdapter, "qwen2_5_vl": Qwen25VLAdapter}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -41,19 +47,30 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_adapter(model: str, device: str = "auto", dtype: str = "auto", seed: int = 0) -> VideoLLMAdapter:
-    """``tiny``: a seeded random-weight LLaVA-OneVision built from a config (no files).
-    A directory: a local LLaVA-OneVision checkpoint. Nothing is ever downloaded.
+    """``tiny`` (LLaVA-OneVision) or ``tiny-qwen2.5-vl``: a seeded random-weight model built from a
+    config (no files). A directory: a local checkpoint, whose config.json ``model_type`` picks the
+    adapter (``llava_onevision`` or ``qwen2_5_vl``). Nothing is ever downloaded.
     """
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)  # validated even for tiny, so a bad setting fails in CI too
-    if model == "tiny":
-        return LlavaOnevisionAdapter.tiny(seed=seed, device=dev)
+    if model in TINY_MODELS:
+        return TINY_MODELS[model](seed=seed, device=dev)
     path = Path(model).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
-            f"model {model!r} is neither 'tiny' nor a local checkpoint directory; "
-            "download a LLaVA-OneVision checkpoint (e.g. llava-onevision-qwen2-0.5b-ov-hf) ahead of time and pass its path"
+            f"model {model!r} is neither a tiny model ({', '.join(TINY_MODELS)}) nor a local checkpoint directory; "
+            "download a LLaVA-OneVision or Qwen2.5-VL checkpoint (e.g. llava-onevision-qwen2-0.5b-ov-hf, "
+            "Qwen2.5-VL-3B-Instruct) ahead of time and pass its path"
         )
-    if not (path / "config.json").is_file():
+    config = path / "config.json"
+    if not config.is_file():
         raise ModelLoadError(f"{path} has no config.json: not a transformers checkpoint")
-    return LlavaOnevisionAdapter.from_pretrained(path, device=dev, dtype=torch_dtype)
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise ModelLoadError(f"{config} is not a JSON object: not a transformers checkpoint") from exc
+    if model_type not in CHECKPOINT_ADAPTERS:
+        raise ModelLoadError(
+            f"{path} holds a {model_type!r} model; supported model_type values: {', '.join(CHECKPOINT_ADAPTERS)}"
+        )
+    return CHECKPOINT_ADAPTERS[model_type].from_pretrained(path, device=dev, dtype=torch_dtype)

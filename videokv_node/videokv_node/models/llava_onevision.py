@@ -168,8 +168,10 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
         return feats.reshape(len(frames), self.tokens_per_frame, -1)  # (F, T, hidden)
 
     # --- text -------------------------------------------------------------
-    def _ids(self, text: str) -> list[int]:
+    def text_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    _ids = text_ids
 
     def prefix_ids(self) -> list[int]:
         return self._ids(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from videokv_node.memory.block import FrameBlock, Tier
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.policy import MemoryPolicy, QuestionSelection
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection
 
 
 class FullPolicy(MemoryPolicy):
     name = "full"
     uses_offload = False
 
-    def encoding_context(self, store: BlockStore) -> list[FrameBlock]:
+    def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return list(store.blocks(Tier.RESIDENT))
 
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock]) -> QuestionSelection:
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         return QuestionSelection(fixed=list(candidates))

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 from videokv_node.memory.block import FrameBlock, Tier
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.policy import MemoryPolicy, QuestionSelection, recent_within
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_within
 
 
 class ReKVPolicy(MemoryPolicy):
     name = "rekv"
     uses_offload = True
 
-    def encoding_context(self, store: BlockStore) -> list[FrameBlock]:
+    def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
 
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock]) -> QuestionSelection:
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         recent = recent_within(candidates, self.config.local_window_tokens)
         recent_ids = {b.block_id for b in recent}
         pool = [b for b in candidates if b.block_id not in recent_ids]

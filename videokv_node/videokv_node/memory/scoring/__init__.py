@@ -1,0 +1,18 @@
+"""Pure scoring and selection math of the memory policies, one module per paper.
+
+Small torch functions on plain tensors: no model, no engine, no block store. Each
+takes exactly the tensors a policy has at hand (attention probabilities, cached keys,
+token ages, budgets) and returns scores or kept indices, so it can be tested on
+hand-computed inputs and wired into a policy without either knowing the other.
+
+- ``hermes``: layer roles, recency/attention importance, cross-layer smoothing and
+  the summary token of HERMES (arXiv 2601.14724).
+- ``mukv``: dual-signal (attention + frequency) token compression and the
+  semi-hierarchical rerank of MuKV.
+- ``tgvkv``: text-vision layer budgets, text-weighted ranking and text-prioritised
+  retention of TGV-KV (arXiv 2606.03075).
+
+Conventions: indices are int64 and ascending wherever they say which tokens are
+kept (so kept tokens keep their time order); ties are broken towards the lower
+index, so every selection is deterministic.
+"""

@@ -1,0 +1,168 @@
+"""StreamKV's unified layer-adaptive KV selection (SelectKV, Eq. 5-8 and Algorithm 1), pure torch.
+
+One function serves both compression (criterion: the guidance prompt's mean
+query) and retrieval (criterion: the question's mean query): each layer scores
+its candidates by cosine similarity to its criterion, and a total budget ``N``
+is split across layers by how concentrated each layer's scores are. A layer
+whose softmax mass sits on few candidates reaches a cumulative threshold ``p``
+early and gets few; a flat layer gets many.
+
+Exact allocation instead of the binary search. ``K_l^p = min{k : C_l(k) >= p}``
+(Eq. 7) is a step function of ``p``: for ``p`` in (0, 1],
+``K_l^p = 1 + #{k : 1 <= k < n_l, C_l(k) < p}``, so
+``sum_l K_l^p = L' + #{(l, k) : k < n_l, C_l(k) < p}`` with ``L'`` the number of
+layers that have candidates. The ``p`` Algorithm 1 searches for therefore
+selects the ``N - L'`` smallest cumulative sums over all layers, each adding one
+to its layer. ``layer_budgets`` takes those directly: the same allocation
+whenever the search succeeds, and an exact ``sum == N`` also when equal
+cumulative sums straddle the cut, where no ``p`` exists and the search fails.
+``binary_search_threshold`` keeps Algorithm 1 literally, as a test reference.
+
+Cumulative sums are computed in float64 so that layers with identical scores
+get bit-identical sums, which makes the documented tie rule observable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def cosine_scores(reps: torch.Tensor, criterion: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Sim_l(j): cosine similarity of each candidate to the criterion, float32, (N,).
+
+    reps: (N, D') representative keys; criterion: (D',). A zero vector on either
+    side scores 0 (the denominator is clamped at ``eps``) instead of NaN, so a
+    degenerate candidate is merely unattractive, never poisonous to the softmax.
+    """
+    if reps.dim() != 2 or criterion.dim() != 1 or reps.shape[1] != criterion.shape[0]:
+        raise ValueError(
+            f"cosine_scores needs reps (N, D') and criterion (D',), got {tuple(reps.shape)} and {tuple(criterion.shape)}"
+        )
+    reps = reps.to(torch.float32)
+    criterion = criterion.to(device=reps.device, dtype=torch.float32)
+    dots = reps @ criterion  # (N,)
+    norms = torch.linalg.vector_norm(reps, dim=1) * torch.linalg.vector_norm(criterion)  # (N,)
+    return dots / norms.clamp_min(eps)
+
+
+def cumulative_scores(scores: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """C_l(k) for k = 1..n_l: prefix sums of layer l's softmax (Eq. 6), sorted descending. float64, CPU.
+
+    An empty layer gives an empty tensor. The sums do not depend on how equal
+    scores are ordered, so they are well defined.
+    """
+    out = []
+    for s in scores:
+        s = s.detach().reshape(-1).to(device="cpu", dtype=torch.float64)  # (n_l,)
+        if s.numel() == 0:
+            out.append(s)
+            continue
+        normalised = torch.softmax(s, dim=0)  # Eq. (6)
+        out.append(torch.cumsum(torch.sort(normalised, descending=True).values, dim=0))  # (n_l,)
+    return out
+
+
+def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
+    """K_l per layer: the layer-adaptive split of ``total`` (Eq. 7 and Algorithm 1, solved exactly).
+
+    scores[l]: (n_l,) raw similarities Sim_l(j) of layer l's candidates; n_l may be 0.
+
+    Guarantees: ``sum(K) == min(total, sum n_l)``; ``0 <= K_l <= n_l``; ``K_l == 0``
+    for an empty layer; ``K_l >= 1`` for every non-empty layer when ``total >= L'``;
+    ``K`` never decreases, layer by layer, as ``total`` grows.
+
+    Rule: every non-empty layer starts at 1, then the ``total - L'`` smallest
+    cumulative sums ``C_l(k)``, ``k < n_l``, over all layers each add one to
+    their layer (see the module docstring for why this is Algorithm 1's answer).
+
+    Ties: equal cumulative sums are taken in order of layer index, then of k,
+    so the earlier layer wins. Algorithm 1 has no answer in that case.
+
+    Budget below one per layer (``total < L'``), which the paper excludes by
+    assuming N >= L: our choice is to give 1 to the ``total`` layers whose top
+    normalised score ``C_l(1)`` is largest (those where one candidate carries
+    the most mass), ties by layer index. This continues the rule above: it is
+    what ``p -> 0`` would keep if layers could get 0.
+    """
+    if total < 0:
+        raise ValueError(f"layer_budgets: total must be >= 0, got {total}")
+    cums = cumulative_scores(scores)
+    counts = [c.numel() for c in cums]
+    if total >= sum(counts):
+        return counts
+    nonempty = [layer for layer, n in enumerate(counts) if n > 0]
+    budgets = [0] * len(counts)
+    if total <= len(nonempty):
+        tops = torch.stack([cums[layer][0] for layer in nonempty]) if nonempty else torch.zeros(0)  # (L',)
+        # Stable descending sort keeps layer order among equal tops.
+        for i in torch.sort(tops, descending=True, stable=True).indices[:total].tolist():
+            budgets[nonempty[i]] = 1
+        return budgets
+    for layer in nonempty:
+        budgets[layer] = 1
+    # Candidates k < n_l of every layer, concatenated in (layer, k) order: (sum n_l - L',)
+    values = torch.cat([c[:-1] for c in cums])
+    owners = torch.cat(
+        [torch.full((c.numel() - 1,), layer, dtype=torch.int64) for layer, c in enumerate(cums) if c.numel()]
+    )
+    # A stable ascending sort takes equal sums in (layer, k) order: the documented tie rule.
+    taken = owners[torch.sort(values, stable=True).indices[: total - len(nonempty)]]
+    extra = torch.bincount(taken, minlength=len(counts)).tolist()
+    return [b + e for b, e in zip(budgets, extra)]
+
+
+def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
+    """SelectKV (Eq. 8) on precomputed similarities: per layer, the indices of its K_l best candidates.
+
+    scores[l]: (n_l,). Returns, per layer, an int64 (K_l,) tensor of candidate
+    indices in ascending order (= time order, so callers can concatenate the
+    kept blocks as they were encoded), with ``K_l`` from ``layer_budgets``.
+    Equal scores at the cut go to the later index, i.e. the newer candidate,
+    for determinism (the same rule as ``retrieval_cache.top_k_blocks``).
+    """
+    out = []
+    for s, k in zip(scores, layer_budgets(scores, total)):
+        s = s.detach().reshape(-1)  # (n_l,)
+        # Stable descending sort of the reversed scores puts the newest first among equals.
+        order = torch.sort(s.flip(0), descending=True, stable=True).indices[:k]
+        out.append(torch.sort(s.numel() - 1 - order).values.to(device="cpu", dtype=torch.int64))
+    return out
+
+
+def budgets_at_threshold(scores: Sequence[torch.Tensor], p: float) -> list[int]:
+    """K_l^p = min{k : C_l(k) >= p} per layer (Eq. 7); 0 for an empty layer.
+
+    If rounding leaves C_l(n_l) just below ``p`` (it is 1 only in exact
+    arithmetic), the layer takes all n_l: p <= 1 is always reachable in theory.
+    """
+    return _budgets_at(cumulative_scores(scores), p)
+
+
+def _budgets_at(cums: list[torch.Tensor], p: float) -> list[int]:
+    # C_l is non-decreasing, so the first index with C_l >= p is a left searchsorted.
+    target = torch.tensor([p], dtype=torch.float64)
+    return [min(int(torch.searchsorted(c, target)[0]) + 1, c.numel()) if c.numel() else 0 for c in cums]
+
+
+def binary_search_threshold(scores: Sequence[torch.Tensor], total: int, eps: float = 1e-9) -> float | None:
+    """Algorithm 1 of the paper, literally: the global threshold p with sum_l K_l^p == total, or None.
+
+    None where the search ends without ``delta == 0`` (the paper would return
+    the last ``p`` anyway): ``total`` outside [L', sum n_l], or equal cumulative
+    sums of different layers straddling the cut. Kept as the reference that
+    ``layer_budgets`` is tested against, not used at run time.
+    """
+    cums = cumulative_scores(scores)
+    p1, p2 = 0.0, 1.0
+    while p2 - p1 > eps:
+        p = (p1 + p2) / 2
+        delta = sum(_budgets_at(cums, p)) - total
+        if delta == 0:
+            return p
+        if delta < 0:
+            p1 = p
+        else:
+            p2 = p
+    return None
