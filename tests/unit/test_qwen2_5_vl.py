@@ -110,7 +110,9 @@ def test_forward_over_frames_equals_the_models_own_forward(qwen64):
     assert not torch.equal(positions[0], positions[1])  # really 3-D: frames have unequal rows
 
     with torch.inference_mode():
-        out = reference(input_ids=input_ids, pixel_values=pixel_values, image_grid_thw=grid_thw, mm_token_type_ids=image_mask)
+        out = reference(
+            input_ids=input_ids, pixel_values=pixel_values, image_grid_thw=grid_thw, mm_token_type_ids=image_mask
+        )
     feats = a.encode_frames(frames)  # (2, T, hidden)
     embeds = torch.cat(
         [a.embed_tokens(parts[0]), feats[:1], a.embed_tokens(between), feats[1:], a.embed_tokens(parts[4])], dim=1
@@ -128,9 +130,11 @@ def test_forward_in_pieces_equals_one_forward(qwen64):
     positions, _ = layout(a, [a.prefix_ids(), 0, 1, q])
     embeds = torch.cat([a.embed_tokens(a.prefix_ids()), feats.reshape(1, -1, 64), a.embed_tokens(q)], dim=1)
     whole = a.forward(embeds, positions, DynamicCache())
-    cache, cuts = DynamicCache(), [0, len(a.prefix_ids()), len(a.prefix_ids()) + 16, len(a.prefix_ids()) + 32, embeds.shape[1]]
-    for lo, hi in zip(cuts, cuts[1:]):
-        last = a.forward(embeds[:, lo:hi], positions[:, lo:hi], cache, logits=hi == cuts[-1])
+    n_prefix = len(a.prefix_ids())
+    cache, cuts = DynamicCache(), [0, n_prefix, n_prefix + 16, n_prefix + 32, embeds.shape[1]]
+    for lo, hi in zip(cuts[:-2], cuts[1:-1]):
+        assert a.forward(embeds[:, lo:hi], positions[:, lo:hi], cache, logits=False) is None
+    last = a.forward(embeds[:, cuts[-2] :], positions[0, cuts[-2] :], cache)  # text: (n,) positions stand for equal rows
     torch.testing.assert_close(last, whole, rtol=0, atol=1e-9)
 
 
@@ -249,7 +253,8 @@ def test_factory_selects_the_adapter_by_name(qwen):
 def test_factory_selects_the_adapter_by_checkpoint(qwen, tmp_path):
     qwen.model.save_pretrained(tmp_path)
     qwen.tokenizer.save_pretrained(tmp_path)
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}))
+    preprocessor = {"image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
     loaded = load_adapter(str(tmp_path), device="cpu", dtype="float32")
     assert isinstance(loaded, Qwen25VLAdapter)
     assert loaded.name == str(tmp_path) and loaded.geometry == qwen.geometry

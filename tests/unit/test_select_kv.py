@@ -88,7 +88,9 @@ def test_empty_layers_get_nothing_and_do_not_count():
     assert layer_budgets([], 3) == []
 
 
-@pytest.mark.parametrize("total, expected", [(0, [0, 0, 0, 0]), (1, [0, 1, 0, 0]), (2, [0, 1, 1, 0]), (3, [1, 1, 1, 0])])
+@pytest.mark.parametrize(
+    "total, expected", [(0, [0, 0, 0, 0]), (1, [0, 1, 0, 0]), (2, [0, 1, 1, 0]), (3, [1, 1, 1, 0])]
+)
 def test_below_one_per_layer_goes_to_the_largest_tops(total, expected):
     """Our choice for N < L': layers ranked by C_l(1) = 0.25 (flat), 1 (single), 0.711 (peaked)."""
     assert layer_budgets([FLAT, t(0.3), PEAKED, EMPTY], total) == expected

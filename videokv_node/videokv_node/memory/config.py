@@ -67,10 +67,12 @@ class HermesConfig:
 
     shallow_ratio: float = 0.1  # share of layers that are sensory memory (paper: 10% shallow / 60% middle / 30% deep)
     deep_ratio: float = 0.3  # share of layers that are long-term memory
-    recency_decay: float = 0.1  # k of exp(-k * age in frames) in shallow and middle layers (ours)
+    recency_rate: float = 20.0  # forgetting curve exp(-rate * age / oldest age), as HERMES' public script (exp(-20 d / (N-1)))
     omega0: float = 1.0  # middle-layer recency weight at the shallow boundary (ours)
     omega_gamma: float = 1.0  # its decrease to the deep boundary: omega = omega0 - gamma * depth (ours)
-    smoothing: float = 0.5  # lambda of cross-layer smoothing, s_l <- (1-lambda) s_l + lambda s_{l+1} (ours)
+    smoothing_shallow: float = 0.1  # lambda of cross-layer smoothing s_l <- (1-lambda) s_l + lambda s_{l+1},
+    smoothing_middle: float = 0.3  #   per layer role, from HERMES' public script
+    smoothing_deep: float = 0.4
     summary_token: bool = True  # pruned deep-layer tokens folded into one summary token per layer
     reindex: str = "lazy"  # lazy (streaming, paper's choice for streams) or eager (offline)
     reindex_at: float = 0.9  # lazy: re-index when positions pass this share of the model's maximum (ours)
@@ -82,9 +84,10 @@ class HermesConfig:
         _check_fraction(p, "deep_ratio", self.deep_ratio)
         if self.shallow_ratio + self.deep_ratio > 1.0:
             raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
-        if self.recency_decay <= 0:
-            raise ConfigError(f"{p}.recency_decay must be > 0")
-        _check_fraction(p, "smoothing", self.smoothing)
+        if self.recency_rate <= 0:
+            raise ConfigError(f"{p}.recency_rate must be > 0")
+        for role in ("shallow", "middle", "deep"):
+            _check_fraction(p, f"smoothing_{role}", getattr(self, f"smoothing_{role}"))
         _check_fraction(p, "reindex_at", self.reindex_at, low_open=True)
         if self.reindex not in ("lazy", "eager"):
             raise ConfigError(f"{p}.reindex must be lazy or eager, got {self.reindex!r}")

@@ -38,7 +38,8 @@ def cosine_scores(reps: torch.Tensor, criterion: torch.Tensor, eps: float = 1e-8
     """
     if reps.dim() != 2 or criterion.dim() != 1 or reps.shape[1] != criterion.shape[0]:
         raise ValueError(
-            f"cosine_scores needs reps (N, D') and criterion (D',), got {tuple(reps.shape)} and {tuple(criterion.shape)}"
+            f"cosine_scores needs reps (N, D') and criterion (D',), "
+            f"got {tuple(reps.shape)} and {tuple(criterion.shape)}"
         )
     reps = reps.to(torch.float32)
     criterion = criterion.to(device=reps.device, dtype=torch.float32)

@@ -253,7 +253,8 @@ class Qwen25VLAdapter(VideoLLMAdapter):
         for rgb in frames:
             x = torch.from_numpy(np.ascontiguousarray(rgb)).to(self.device)  # (H, W, 3) uint8
             x = x.permute(2, 0, 1)[None].float() / 255.0  # (1, 3, H, W)
-            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False)
+            size = (self.image_size, self.image_size)
+            x = F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)  # (1, 3, S, S)
             out.append(x)
         return (torch.cat(out) - self._mean) / self._std  # (F, 3, S, S) float32
 
@@ -332,7 +333,7 @@ class Qwen25VLAdapter(VideoLLMAdapter):
         # leading row would only feed mask building, which the videokv attention does not use.
         out = self._lm(
             inputs_embeds=embeds,
-            position_ids=positions.to(self.device).view(3, 1, n),
+            position_ids=positions.to(self.device).reshape(3, 1, n),
             past_key_values=cache,
             use_cache=True,
             videokv_observer=observer,

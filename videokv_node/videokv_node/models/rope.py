@@ -68,7 +68,9 @@ def rotate_keys_mrope(
     """
     rows = mrope_rows(mrope_section).to(keys.device)  # (D/2,)
     if rows.numel() != inv_freq.numel():
-        raise ValueError(f"mrope_section {list(mrope_section)} covers {rows.numel()} frequencies, the model has {inv_freq.numel()}")
+        raise ValueError(
+            f"mrope_section {list(mrope_section)} covers {rows.numel()} frequencies, the model has {inv_freq.numel()}"
+        )
     if delta3.dim() != 2 or delta3.shape[0] != 3 or delta3.shape[1] != keys.shape[-2]:
         raise ValueError(f"delta3 must be (3, T={keys.shape[-2]}), got {tuple(delta3.shape)}")
     work = torch.float64 if keys.dtype == torch.float64 else torch.float32

@@ -180,8 +180,8 @@ def cross_layer_smooth(
     (uses the already-smoothed l + 1) and, lacking ids, interpolates lengths instead.
     """
     n = len(scores)
-    if len(ids) != n:
-        raise ValueError(f"{n} score tensors but {len(ids)} id tensors")
+    if len(ids) != n or any(s.shape != i.shape or s.dim() != 1 for s, i in zip(scores, ids)):
+        raise ValueError("need one (N_l,) id tensor per (N_l,) score tensor")
     if n == 0:
         return []
     lam = smoothing_weights(layer_roles(n)) if lam is None else lam
@@ -276,7 +276,7 @@ def pseudo_query_attention(query: torch.Tensor, keys: torch.Tensor, scale: float
     hq, _, d = query.shape
     hkv, n_cached, dk = keys.shape
     if d != dk or hq % hkv:
-        raise ValueError(f"query {tuple(query.shape)} and keys {tuple(keys.shape)} do not fit (GQA needs Hq % Hkv == 0)")
+        raise ValueError(f"query {tuple(query.shape)} and keys {tuple(keys.shape)} do not fit (GQA: Hq % Hkv == 0)")
     work = _work_dtype(query)
     if n_cached == 0:
         return torch.zeros(0, dtype=work, device=query.device)

@@ -1,0 +1,209 @@
+"""``hermes``: HERMES (seed 002), the KV cache as a hierarchical memory, no retrieval at question time.
+
+What the paper prescribes:
+- One resident cache with a per-layer budget (``budget_tokens`` minus the
+  prompt sink, per layer); nothing is offloaded, a question attends to the
+  cache as it is, so TTFT does not grow with the stream.
+- Layers split by depth (10% shallow, 60% middle, 30% deep). Shallow layers
+  (sensory memory) keep by recency, an exponential forgetting curve; deep
+  layers (long-term memory) by the attention of a generic pseudo-query (the
+  question is unknown while streaming); middle layers (working memory)
+  interpolate the two with a weight omega that moves from recency to
+  attention with depth.
+- Cross-layer smoothing of scores before top-k (s_l <- (1 - lambda) s_l +
+  lambda s_{l+1}) so one token is not kept in one layer and dropped in the next
+  for no reason.
+- Tokens pruned from deep layers are folded into one summary token per layer:
+  V averaged, K re-rotated to the summary's position by rotary delta, then
+  averaged (running, count-weighted, so folding in steps equals folding all).
+- Position re-indexing: lazy (streaming: positions kept until they approach
+  the model's limit, then compacted) or eager (offline: compacted every time).
+  Keys are re-rotated exactly from the position they were encoded at.
+
+The notes we have lost HERMES' formulas; where its public script
+(llavaov_online_official.py) shows a value we take it (forgetting curve
+exp(-20 age / oldest age), smoothing 0.1 / 0.3 / 0.4 by role, the layer split's
+rounding); choices, ours (see config.HermesConfig and memory/scoring/hermes.py):
+omega linear from 1 at the first middle layer to 0 at the last, scores
+normalised to sum 1 per layer before mixing, a token missing from the next layer contributing 0 there,
+pseudo-query attention computed as a question asked now would see it (queries
+at the next position, keys where the cache holds them, sink included in the
+softmax), the summary token standing right after the sink (the distant past),
+and compression whenever a layer exceeds its budget (every frame once full,
+where the paper compresses per 16-frame chunk).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from videokv_node.memory.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, present_in
+from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer
+from videokv_node.memory.scoring.hermes import (
+    cross_layer_smooth,
+    layer_roles,
+    layer_scores,
+    omega,
+    pseudo_query_attention,
+    recency_scores,
+    summary_token,
+)
+
+TOKEN_ID_STRIDE = 1 << 20  # global token id = block_id * stride + token index (blocks are far smaller)
+
+
+class HermesPolicy(MemoryPolicy):
+    name = "hermes"
+    uses_offload = False
+
+    def __init__(self, config, adapter) -> None:
+        super().__init__(config, adapter)
+        self.cfg = config.hermes
+        self.roles = layer_roles(self.n_layers, self.cfg.shallow_ratio, self.cfg.deep_ratio)
+        middle = [l for l, r in enumerate(self.roles) if r == "middle"]
+        self._middle = (middle[0], middle[-1]) if middle else (0, 0)
+        self._frames = 0
+        self._frame_of: dict[int, int] = {}  # block id -> frame index, for ages
+        self._next_pos: int | None = None  # lazy: where the stream continues
+        self.summary: FrameBlock | None = None
+        self._summary_count = [0] * self.n_layers
+        self.reindexed = 0  # lazy re-indexings done (tests, stats)
+
+    def setup(self, engine, probe: Probe) -> None:
+        self.engine = engine
+        self.sink_len = engine.sink.n_tokens
+        self.budget = self.config.budget_tokens - self.sink_len  # tokens per layer
+        self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
+
+    def reset(self) -> None:
+        self._frame_of.clear()
+        self._next_pos = None
+        self.summary = None
+        self._summary_count = [0] * self.n_layers
+
+    # --- placement ------------------------------------------------------------
+    def layout(self, sink_len, per_layer):
+        if self.cfg.reindex == "eager":
+            return pack_layout(self.adapter, sink_len, per_layer)
+        targets, end = logical_layout(sink_len, per_layer)
+        return targets, max(end, self._next_pos or sink_len)
+
+    def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
+        return sorted(store.blocks(Tier.RESIDENT), key=lambda b: b.order)
+
+    # --- compression ----------------------------------------------------------
+    def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
+        for block in blocks:
+            self._frame_of[block.block_id] = self._frames
+            self._frames += 1
+            self._next_pos = max(self._next_pos or 0, int(block.positions.max()) + 1)
+        held = [b for b in store.blocks(Tier.RESIDENT) if b is not self.summary]
+        if any(sum(b.layer_tokens(l) for b in held) > self._regular_budget(l) for l in range(self.n_layers)):
+            self._compress(store, sorted(held, key=lambda b: b.order))
+        if self.cfg.reindex == "lazy" and self._next_pos > self.cfg.reindex_at * self.adapter.max_positions:
+            self._reindex(store)
+
+    def _regular_budget(self, layer: int) -> int:
+        """Tokens a layer keeps besides its summary token."""
+        return self.budget - (1 if self.cfg.summary_token and self.roles[layer] == "deep" else 0)
+
+    def _compress(self, store: BlockStore, held: list[FrameBlock]) -> None:
+        per_layer = present_in(held, self.n_layers)
+        targets, next_pos = self.layout(self.sink_len, per_layer)
+        scores, ids = [], []
+        for layer, blocks in enumerate(per_layer):
+            ages = torch.cat([torch.full((b.layer_tokens(layer),), float(self._frames - 1 - self._frame_of[b.block_id])) for b in blocks])
+            ids.append(torch.cat([b.block_id * TOKEN_ID_STRIDE + b.layers[layer].index for b in blocks]))
+            attn = None
+            if self.roles[layer] != "shallow":
+                keys, _ = place_layer(self.adapter, store, self.engine.sink, blocks, targets[layer], layer)  # (1, H, S + N, D)
+                q = self.pseudo[layer]  # (n, H_q, D)
+                q_pos = self.adapter.text_positions(next_pos, q.shape[0])
+                q_rot = self.adapter.rotate_keys(q.transpose(0, 1), q_pos).to(keys.dtype)  # (H_q, n, D)
+                attn = pseudo_query_attention(q_rot.float(), keys[0].float(), self.adapter.geometry.head_dim**-0.5)
+                attn = attn[self.sink_len :].cpu()
+            w = omega(layer, *self._middle, self.cfg.omega0, self.cfg.omega_gamma)
+            decay = self.cfg.recency_rate / max(float(ages.max()), 1.0)
+            scores.append(layer_scores(self.roles[layer], attn, recency_scores(ages, decay), w))
+        lam = [getattr(self.cfg, f"smoothing_{role}") for role in self.roles[:-1]] + [0.0]
+        smoothed = cross_layer_smooth(scores, ids, lam)
+        for layer, blocks in enumerate(per_layer):
+            n_keep = self._regular_budget(layer)
+            if ids[layer].numel() <= n_keep:
+                continue
+            order = torch.sort(smoothed[layer], descending=True, stable=True).indices
+            kept = torch.zeros(ids[layer].numel(), dtype=torch.bool)
+            kept[order[:n_keep]] = True
+            at = 0
+            for block in blocks:
+                t = block.layer_tokens(layer)
+                mask = kept[at : at + t]
+                at += t
+                if bool(mask.all()):
+                    continue
+                if self.cfg.summary_token and self.roles[layer] == "deep":
+                    self._fold(store, block, layer, ~mask)
+                store.keep(block, layer, mask.nonzero().flatten())
+
+    def _fold(self, store: BlockStore, block: FrameBlock, layer: int, pruned: torch.Tensor) -> None:
+        """Fold ``block``'s pruned tokens of a deep ``layer`` into that layer's summary token."""
+        keys, values = store.layer_kv(block, layer)  # (H, t, D)
+        sel = pruned.nonzero().flatten()
+        stored = block.positions[:, block.layers[layer].index[sel]]  # (P, p)
+        target = self.adapter.text_positions(self.sink_len, 1)  # (P, 1)
+        aligned = self.adapter.rotate_keys(keys[:, sel.to(keys.device)], target - stored)  # (H, p, D) at the summary's position
+        self._ensure_summary(store, keys)
+        kv = self.summary.layers[layer]
+        prev = None
+        if self._summary_count[layer]:
+            prev = (kv.keys[:, 0].float(), kv.values[:, 0].float(), self._summary_count[layer])
+        k, v, count = summary_token(
+            aligned.float(), values[:, sel.to(values.device)].float(), torch.zeros(sel.numel(), dtype=torch.long), 0, lambda x, d: x, prev
+        )
+        self._summary_count[layer] = count
+        store.replace_layer(self.summary, layer, k[:, None].to(kv.keys.dtype), v[:, None].to(kv.values.dtype))
+
+    def _ensure_summary(self, store: BlockStore, like: torch.Tensor) -> None:
+        if self.summary is not None and self.summary in store:
+            return
+        H, _, D = like.shape
+        pos = self.adapter.text_positions(self.sink_len, 1)
+        layers = [
+            LayerKV(torch.zeros(1, dtype=torch.long), pos.clone(), torch.zeros(H, 1, D, dtype=like.dtype, device=like.device),
+                    torch.zeros(H, 1, D, dtype=like.dtype, device=like.device))
+            if role == "deep" else None
+            for role in self.roles
+        ]
+        self.summary = FrameBlock(
+            block_id=self.engine.new_block_id(),
+            camera="",
+            stamp_ns=0,
+            positions=pos,
+            key_mean=torch.zeros(self.n_layers, H, D),
+            layers=layers,
+            kind="summary",
+            rank=-1,
+            protected=True,
+        )
+        self._summary_count = [0] * self.n_layers
+        store.add(self.summary)
+
+    def _reindex(self, store: BlockStore) -> None:
+        """Lazy re-indexing: compact every layer's logical positions after the sink."""
+        blocks = sorted(store.blocks(Tier.RESIDENT), key=lambda b: b.order)
+        per_layer = present_in(blocks, self.n_layers)
+        targets, end = pack_layout(self.adapter, self.sink_len, per_layer)
+        for layer, (bs, ts) in enumerate(zip(per_layer, targets)):
+            for block, target in zip(bs, ts):
+                store.set_logical(block, layer, target)
+        self._next_pos = end
+        self.reindexed += 1
+
+    # --- questions ------------------------------------------------------------
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
+        chosen = [b for b in candidates if b.tier is Tier.RESIDENT]
+        if self.summary is not None and self.summary in store and self.summary not in chosen:
+            chosen.append(self.summary)
+        return QuestionSelection(per_layer=[list(chosen) for _ in range(self.n_layers)])

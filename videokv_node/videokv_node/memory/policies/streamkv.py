@@ -1,0 +1,155 @@
+"""``streamkv``: StreamKV (seed 000), segment-based KV retrieval and compression.
+
+What the paper prescribes, and where it lives here:
+- Semantic segments: cosine similarity of adjacent frame embeddings below
+  ``similarity_threshold`` starts a segment, segments are at least
+  ``min_segment_frames`` long, and past ``max_segment_frames`` the most similar
+  adjacent pair is merged (``memory/segmenter.py``).
+- Segment-based sliding-window encoding: a segment is encoded once it is
+  closed, all its frames and then its summary frame (the mean of its frames at
+  each spatial location) in one pass, attending to the local window of past
+  KV (Eq. 2, X = [S || f_s]).
+- Compression right after each segment is encoded: per layer, SelectKV keeps
+  the frame blocks closest to the guidance prompt, N = ceil((1 - theta) T_i) x L
+  blocks over all layers (Eq. 9); the summary block is never compressed (Eq. 10).
+- Retrieval: SelectKV over every block of the bank (compressed frames and
+  summaries) against the question vector, N = N_r x L (Eq. 11); retrieved tokens
+  are placed consecutively (the engine's default layout).
+
+Choices where the paper is not specific, ours:
+- Frame embeddings f_t for segmentation are the projected visual tokens the
+  decoder receives (the paper takes the ViT output; the projector is per token,
+  so boundaries differ only through it).
+- Representative keys r are the mean pre-RoPE keys over the block's tokens
+  with heads concatenated (Eq. 3, "we do not distinguish between attention
+  heads"); criteria c are the mean pre-RoPE queries of the guidance prompt or
+  question, read right after the prompt sink (``engine.probe``), query heads
+  averaged per KV group (GQA) and concatenated. Pre-RoPE: a block's score must
+  not depend on where it happened to be encoded.
+- A question asked while a segment is open sees that segment's frames: they
+  are encoded for the question (with the local window), uncompressed, and
+  dropped after it; the segment is encoded for good when it closes.
+- Blocks leave the device oldest first to the host arena (the KV bank), as in
+  ReKV; past the arena's cap the oldest is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_within
+from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
+from videokv_node.memory.select_kv import cosine_scores, select_kv
+
+
+def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+    """(L, n, H_q, D) probe queries -> (L, H_kv * D) per-layer criterion vectors (token mean, GQA group mean)."""
+    L, _, h_q, d = queries.shape
+    q = queries.float().mean(1).view(L, n_kv_heads, h_q // n_kv_heads, d).mean(2)  # (L, H_kv, D)
+    return q.reshape(L, -1)
+
+
+class StreamKVPolicy(MemoryPolicy):
+    name = "streamkv"
+    uses_offload = True
+
+    def __init__(self, config, adapter) -> None:
+        super().__init__(config, adapter)
+        self.cfg = config.streamkv
+        self.segmenter = SemanticSegmenter(
+            SegmenterConfig(
+                threshold=self.cfg.similarity_threshold,
+                min_frames=self.cfg.min_segment_frames,
+                max_frames=self.cfg.max_segment_frames,
+            )
+        )
+        self._units: dict[int, Unit] = {}  # open-segment frames by item id
+        self._next_item = 0
+        self.guidance: torch.Tensor | None = None  # (L, H_kv * D)
+        self.last_budgets: list[int] = []  # per layer, of the last retrieval (tests, debugging)
+
+    def setup(self, engine, probe: Probe) -> None:
+        self.guidance = criterion(probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)
+
+    def reset(self) -> None:
+        self.segmenter.reset()
+        self._units.clear()
+
+    # --- encoding -----------------------------------------------------------
+    def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
+        item = self._next_item
+        self._next_item += 1
+        self._units[item] = unit
+        closed = self.segmenter.push(item, unit.feat)
+        return [self._segment_job(segment) for segment in closed]
+
+    def _segment_job(self, segment) -> EncodeJob:
+        units = []
+        for member in segment.members:
+            first = self._units[member.item_ids[0]]
+            stamps = tuple(self._units[i].stamp_ns for i in member.item_ids)
+            feat = member.feature.to(first.feat.dtype) if len(member.item_ids) > 1 else first.feat
+            units.append(Unit(feat=feat, offsets=first.offsets, camera=first.camera, stamp_ns=stamps[0], stamps_ns=stamps))
+        if self.cfg.summary_frames:
+            last = units[-1]
+            all_stamps = tuple(s for u in units for s in u.stamps_ns)
+            units.append(
+                Unit(
+                    feat=segment.summary_feature().to(last.feat.dtype),
+                    offsets=last.offsets,
+                    camera=last.camera,
+                    stamp_ns=all_stamps[-1],
+                    stamps_ns=all_stamps,
+                    kind="summary",
+                    rank=1,  # after the segment's last frame in time order
+                    protected=True,
+                )
+            )
+        for member in segment.members:
+            for i in member.item_ids:
+                self._units.pop(i, None)
+        return EncodeJob(units)
+
+    def pending_units(self) -> list[Unit]:
+        out = []
+        for member in self.segmenter.pending:
+            first = self._units[member.item_ids[0]]
+            stamps = tuple(self._units[i].stamp_ns for i in member.item_ids)
+            feat = member.feature.to(first.feat.dtype) if len(member.item_ids) > 1 else first.feat
+            out.append(Unit(feat=feat, offsets=first.offsets, camera=first.camera, stamp_ns=stamps[0], stamps_ns=stamps))
+        return out
+
+    def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
+        return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
+
+    def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
+        frames = [b for b in blocks if not b.protected]
+        if not frames or self.cfg.compression_ratio == 0.0:
+            return
+        L = self.n_layers
+        total = math.ceil((1.0 - self.cfg.compression_ratio) * len(frames)) * L
+        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames])  # (T_i, L, H*D)
+        scores = [cosine_scores(reps[:, layer], self.guidance[layer]) for layer in range(L)]
+        keep = select_kv(scores, total)
+        for layer in range(L):
+            kept = set(keep[layer].tolist())
+            for i, block in enumerate(frames):
+                if i not in kept:
+                    store.keep(block, layer, None)
+
+    # --- questions ----------------------------------------------------------
+    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
+        L = self.n_layers
+        query = criterion(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H*D)
+        ranges = [[b for b in candidates if b.layers[layer] is not None] for layer in range(L)]
+        scores = [
+            cosine_scores(torch.stack([b.key_mean[layer].reshape(-1) for b in r]), query[layer]) if r else torch.zeros(0)
+            for layer, r in enumerate(ranges)
+        ]
+        chosen = select_kv(scores, self.cfg.retrieve_frames * L)
+        self.last_budgets = [int(c.numel()) for c in chosen]
+        return QuestionSelection(per_layer=[[r[i] for i in c.tolist()] for r, c in zip(ranges, chosen)])
