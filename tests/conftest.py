@@ -30,3 +30,11 @@ def tiny_adapter64():
 
     base = LlavaOnevisionAdapter.tiny(seed=0)
     return LlavaOnevisionAdapter(base.model.double(), base.tokenizer, name="tiny64")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen():
+    """The tiny Qwen2.5-VL (mRoPE): every policy must work on both model families."""
+    from videokv_node.models.qwen2_5_vl import Qwen25VLAdapter
+
+    return Qwen25VLAdapter.tiny(seed=0)

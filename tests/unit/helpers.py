@@ -31,9 +31,21 @@ def plain_forward(adapter, frames: list[Frame], question_ids: list[int], offset:
         dim=1,
     )  # (1, N, hidden)
     cache = DynamicCache()
-    positions = torch.arange(offset, offset + embeds.shape[1])
+    positions = stream_positions(adapter, len(adapter.prefix_ids()), len(frames), len(question_ids), offset)
     logits = adapter.forward(embeds, positions, cache)
     return logits, cache
+
+
+def stream_positions(adapter, n_prefix: int, n_frames: int, n_question: int, offset: int = 0) -> torch.Tensor:
+    """(P, N) positions of [prefix text, frames, question text] as the model itself numbers them
+    (1-D: consecutive; mRoPE: each frame a (t, h, w) grid advancing by ``frame_span``)."""
+    parts = [adapter.text_positions(offset, n_prefix)]
+    start = offset + n_prefix
+    for _ in range(n_frames):
+        parts.append(adapter.frame_positions(start))
+        start += adapter.frame_span
+    parts.append(adapter.text_positions(start, n_question))
+    return torch.cat(parts, dim=1)
 
 
 def greedy_tokens(adapter, logits, cache, next_pos: int, max_new: int) -> list[int]:

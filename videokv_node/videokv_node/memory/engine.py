@@ -68,6 +68,7 @@ class VideoMemoryEngine:
         self._lock = threading.Lock()
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self._context_len = 0  # largest per-layer context (sink included) of the last question
+        self.last_logits: torch.Tensor | None = None
         self.policy.setup(self, self.probe)
         self._stats = self._snapshot()
 
@@ -248,6 +249,7 @@ class VideoMemoryEngine:
         observer = stage.observer(self.sink.n_tokens, len(ids)) if stage is not None else None
         with capture.attached(self.adapter.query_modules()):
             logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
+        self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
         if stage is not None and not question.options:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         ttft = time.perf_counter() - t0

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 from transformers.cache_utils import Cache
 
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
@@ -101,7 +101,7 @@ def qwen25_tiny_config(tokenizer) -> Qwen2_5_VLConfig:
     return qwen25_vl_config(tokenizer, text, vision, tie_word_embeddings=False)
 
 
-def tiny_qwen25_model(seed: int = 0) -> tuple[Qwen2_5_VLForConditionalGeneration, object]:
+def tiny_qwen25_model(seed: int = 0) -> tuple[Qwen2_5_VLForConditionalGeneration, PreTrainedTokenizerFast]:
     """The seeded random tiny model and its tokenizer, without touching the global RNG."""
     tokenizer = build_tiny_tokenizer(QWEN_VL_SPECIAL_TOKENS)
     cfg = qwen25_tiny_config(tokenizer)
