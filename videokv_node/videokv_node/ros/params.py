@@ -1,21 +1,25 @@
 """ROS parameters of the node: declared with descriptors, mapped onto the library's dataclasses here only.
 
-Defaults come from the dataclasses (single source of truth); config/memory.yaml
-lists every parameter with a comment, and tests/unit/test_config_yaml.py checks
-the two agree. Every parameter is read-only for now: changing a model, budget
-or topic at run time needs a restart (runtime changes are a later issue).
+Defaults come from the dataclasses (single source of truth); a field holding a
+dataclass (``MemoryConfig.streamkv``) is a section of its own, its fields the
+parameters ``memory.streamkv.<field>``. config/memory.yaml lists every parameter
+with a comment, and tests/integration/test_config_files.py checks the two agree.
+Every parameter is read-only for now: changing a model, budget or topic at run
+time needs a restart (runtime changes are a later issue).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, is_dataclass
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from videokv_node.ingest.sampler import SamplerConfig
-from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.config import POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig
 
 QOS_PROFILES = ("sensor_data", "reliable", "system_default")
 INT64_MAX = 2**63 - 1
@@ -78,37 +82,112 @@ _DESCRIPTIONS = {
     "sample_fps": "frames per second per camera entering memory, by header stamp; 0 = every frame",
     "sample_tolerance_s": "slack on the sampling period so camera jitter never skips a sample",
     "sample_reset_backward_s": "a stamp jumping back more than this is a clock reset (bag loop), not a stale frame",
-    "memory.policy": f"memory policy: {', '.join(POLICIES)}",
+    "memory.policy": f"memory policy, chosen at start: {', '.join(POLICIES)}",
+    "memory.question_stage": f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}",
     "memory.budget_tokens": "cap on KV tokens resident on the model's device (prompt sink included)",
     "memory.offload_bytes": "cap on host RAM for offloaded KV blocks, allocated once (rekv)",
     "memory.local_window_tokens": "tokens of recent frames each new frame attends to while encoding",
-    "memory.retrieve_frames": "frame blocks retrieved per layer for a question, besides the recent window",
+    "memory.retrieve_frames": "rekv: frame blocks retrieved per layer for a question, besides the recent window",
     "memory.page_tokens": "allocation unit of the host arena, in tokens",
     "memory.max_question_tokens": "longer questions are refused",
+    "memory.streamkv.similarity_threshold": "StreamKV: adjacent-frame cosine below this starts a segment (paper: 0.99)",
+    "memory.streamkv.min_segment_frames": "StreamKV m: segments are at least this many frames (paper: 4)",
+    "memory.streamkv.max_segment_frames": "StreamKV M: longer segments merge their most similar adjacent pair (paper: 64)",
+    "memory.streamkv.summary_frames": "StreamKV: a summary frame (segment mean) per segment, never compressed (paper: on)",
+    "memory.streamkv.compression_ratio": "StreamKV theta: share of a segment's frame blocks dropped per layer, in [0, 1) (paper: 0.6)",
+    "memory.streamkv.retrieve_frames": "StreamKV N_r: frame blocks retrieved per layer on average (paper: 8)",
+    "memory.streamkv.guidance_prompt": "StreamKV: guidance prompt scoring blocks for compression (paper: its key semantic elements)",
+    "memory.hermes.shallow_ratio": "HERMES: share of layers that are sensory memory (paper: 0.1)",
+    "memory.hermes.deep_ratio": "HERMES: share of layers that are long-term memory (paper: 0.3)",
+    "memory.hermes.recency_rate": "HERMES: forgetting curve exp(-rate * age / oldest age) (HERMES' public script: 20)",
+    "memory.hermes.omega0": "HERMES: middle-layer recency weight at the shallow boundary; omega is clamped to [0, 1] (ours: 1.0)",
+    "memory.hermes.omega_gamma": "HERMES: omega's decrease to the deep boundary, omega = omega0 - gamma * depth (ours: 1.0)",
+    "memory.hermes.smoothing_shallow": "HERMES: cross-layer smoothing lambda in shallow layers (HERMES' public script: 0.1)",
+    "memory.hermes.smoothing_middle": "HERMES: cross-layer smoothing lambda in middle layers (HERMES' public script: 0.3)",
+    "memory.hermes.smoothing_deep": "HERMES: cross-layer smoothing lambda in deep layers (HERMES' public script: 0.4)",
+    "memory.hermes.summary_token": "HERMES: pruned deep-layer tokens folded into one summary token per layer (paper: on)",
+    "memory.hermes.reindex": "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)",
+    "memory.hermes.reindex_at": "HERMES lazy re-indexing: when positions pass this share of the model's maximum, in (0, 1] (ours: 0.9)",
+    "memory.hermes.pseudo_query": "HERMES: generic question scoring deep and middle layers while streaming (paper 3.3: pseudo query)",
+    "memory.mukv.granularities": "MuKV: memories built, a non-empty subset of patch, frame, segment (paper: all three)",
+    "memory.mukv.patch_split": "MuKV: a patch block is 1/patch_split of a frame's tokens (paper: 196 / 4 = 49)",
+    "memory.mukv.segment_frames": "MuKV: frames per segment block (paper: 4 x 196 = 784 tokens)",
+    "memory.mukv.alpha_patch": "MuKV alpha: weight of attention vs FFT energy when compressing patch blocks (paper: 0.5)",
+    "memory.mukv.alpha_frame": "MuKV alpha: weight of attention vs FFT energy when compressing frame blocks (paper: 0.7)",
+    "memory.mukv.alpha_segment": "MuKV alpha: weight of attention vs FFT energy when compressing segment blocks (paper: 0.8)",
+    "memory.mukv.keep_patch": "MuKV rho: share of a patch block's tokens kept, in (0, 1] (paper: 0.1)",
+    "memory.mukv.keep_frame": "MuKV rho: share of a frame block's tokens kept, in (0, 1] (paper: 0.1)",
+    "memory.mukv.keep_segment": "MuKV rho: share of a segment block's tokens kept, in (0, 1] (paper: 0.8)",
+    "memory.mukv.retrieve_patch": "MuKV k: patch blocks retrieved for a question; 0 = none (paper: 20 of 64)",
+    "memory.mukv.retrieve_frame": "MuKV k: frame blocks retrieved for a question; 0 = none (paper: 32 of 64)",
+    "memory.mukv.retrieve_segment": "MuKV k: segment blocks retrieved for a question; 0 = none (paper: 12 of 64)",
+    "memory.mukv.rerank_patch": "MuKV lambda: weight of consistency with the top segments when reranking patches (paper: 0.3)",
+    "memory.mukv.rerank_frame": "MuKV lambda: weight of consistency with the top segments when reranking frames (paper: 0.3)",
+    "memory.mukv.rerank_segment": "MuKV lambda: weight of consistency with the top segments when reranking segments (paper: 0)",
+    "memory.mukv.top_segments": "MuKV: segment candidates whose mean is the rerank centroid (paper: 5)",
+    "memory.mukv.over_retrieval": "MuKV: stage 1 keeps over_retrieval x k candidates per granularity (paper: 2)",
+    "memory.tgvkv.keep_ratio": "TGV-KV: share of the assembled context's KV kept for decoding, in (0, 1] (paper: 0.05)",
     "max_new_tokens": "default answer length in tokens when a request gives 0",
     "max_new_tokens_limit": "requests asking for more tokens are refused",
 }
 
-# (name prefix, dataclass): a ROS name is prefix + field, unless the field already starts
-# with the prefix (SamplerConfig.sample_fps stays ``sample_fps``).
+# (Settings field, name prefix, dataclass): a ROS name is prefix + field, unless the field
+# already starts with the prefix (SamplerConfig.sample_fps stays ``sample_fps``).
 _SECTIONS = (
-    ("", NodeSettings),
-    ("sample_", SamplerConfig),
-    ("memory.", MemoryConfig),
-    ("", GenerationConfig),
+    ("node", "", NodeSettings),
+    ("sampler", "sample_", SamplerConfig),
+    ("memory", "memory.", MemoryConfig),
+    ("generation", "", GenerationConfig),
 )
+
+# Integer parameters for which 0 is meaningful ("none", "default" or "off"); every other
+# integer must be >= 1.
+_ZERO_OK = frozenset({
+    "seed", "torch_threads", "camera_qos_depth", "memory.offload_bytes", "memory.retrieve_frames",
+    "memory.mukv.retrieve_patch", "memory.mukv.retrieve_frame", "memory.mukv.retrieve_segment",
+})
+# Doubles with no range: negative values mean something (sample_fps <= 0: every frame) or
+# are clamped where used (HERMES' omega).
+_UNBOUNDED = frozenset({"sample_fps", "memory.hermes.omega0", "memory.hermes.omega_gamma"})
+# Doubles that the dataclasses check are shares in [0, 1] (some exclude one end; the dataclass says so).
+_FRACTIONS = frozenset({
+    "memory.streamkv.similarity_threshold", "memory.streamkv.compression_ratio",
+    "memory.hermes.shallow_ratio", "memory.hermes.deep_ratio", "memory.hermes.reindex_at",
+    "memory.hermes.smoothing_shallow", "memory.hermes.smoothing_middle", "memory.hermes.smoothing_deep",
+    *(f"memory.mukv.{kind}_{g}" for kind in ("alpha", "keep", "rerank") for g in ("patch", "frame", "segment")),
+    "memory.tgvkv.keep_ratio",
+})
+
+
+def _ros_name(prefix: str, field_name: str) -> str:
+    return field_name if field_name.startswith(prefix) else prefix + field_name
+
+
+def _leaves(prefix: str, cls: type) -> Iterator[tuple[str, type, str, object]]:
+    """(ROS name, dataclass, field, default) of every non-dataclass field of cls, nested sections flattened."""
+    defaults = cls()
+    for f in fields(cls):
+        name, default = _ros_name(prefix, f.name), getattr(defaults, f.name)
+        if is_dataclass(default):
+            yield from _leaves(name + ".", type(default))
+        else:
+            yield name, cls, f.name, list(default) if isinstance(default, tuple) else default
+
+
+def _build(prefix: str, cls: type, values: dict[str, object]) -> object:
+    """cls from the declared values, nested sections built first (each validates itself)."""
+    defaults = cls()
+    kwargs = {}
+    for f in fields(cls):
+        name, default = _ros_name(prefix, f.name), getattr(defaults, f.name)
+        kwargs[f.name] = _build(name + ".", type(default), values) if is_dataclass(default) else values[name]
+    return cls(**kwargs)
 
 
 def parameter_table() -> dict[str, tuple[type, str, object]]:
-    """ROS name -> (dataclass, field, default), for every parameter the node declares."""
-    table = {}
-    for prefix, cls in _SECTIONS:
-        defaults = cls()
-        for f in fields(cls):
-            name = f.name if f.name.startswith(prefix) else prefix + f.name
-            default = getattr(defaults, f.name)
-            table[name] = (cls, f.name, list(default) if isinstance(default, tuple) else default)
-    return table
+    """ROS name -> (dataclass holding the field, field, default), for every parameter the node declares."""
+    return {name: (cls, field_name, default) for _, prefix, section in _SECTIONS
+            for name, cls, field_name, default in _leaves(prefix, section)}
 
 
 def _descriptor(name: str, default: object) -> ParameterDescriptor:
@@ -116,10 +195,11 @@ def _descriptor(name: str, default: object) -> ParameterDescriptor:
     if isinstance(default, bool):
         return d
     if isinstance(default, int):
-        lo = 0 if name in ("memory.offload_bytes", "memory.retrieve_frames", "seed", "torch_threads", "camera_qos_depth") else 1
+        lo = 0 if name in _ZERO_OK else 1
         d.integer_range = [IntegerRange(from_value=lo, to_value=INT64_MAX, step=0)]
-    elif isinstance(default, float) and name != "sample_fps":
-        d.floating_point_range = [FloatingPointRange(from_value=0.0, to_value=1e9, step=0.0)]
+    elif isinstance(default, float) and name not in _UNBOUNDED:
+        hi = 1.0 if name in _FRACTIONS else 1e9
+        d.floating_point_range = [FloatingPointRange(from_value=0.0, to_value=hi, step=0.0)]
     if isinstance(default, list):
         d.dynamic_typing = False
     return d
@@ -127,20 +207,17 @@ def _descriptor(name: str, default: object) -> ParameterDescriptor:
 
 def declare_and_read(node: Node) -> Settings:
     """Declare every parameter and build validated settings; raises ConfigError with the bad field."""
-    values: dict[type, dict[str, object]] = {cls: {} for _, cls in _SECTIONS}
-    for name, (cls, field_name, default) in parameter_table().items():
-        if isinstance(default, list):
-            param = node.declare_parameter(name, Parameter.Type.STRING_ARRAY, _descriptor(name, default))
-            value = tuple(param.value if param.value is not None else default)
-        else:
-            value = node.declare_parameter(name, default, _descriptor(name, default)).value
-        values[cls][field_name] = value
+    values: dict[str, object] = {}
+    for name, (_, _, default) in parameter_table().items():
+        try:
+            if isinstance(default, list):
+                param = node.declare_parameter(name, Parameter.Type.STRING_ARRAY, _descriptor(name, default))
+                values[name] = tuple(param.value if param.value is not None else default)
+            else:
+                values[name] = node.declare_parameter(name, default, _descriptor(name, default)).value
+        except ParameterException as exc:  # wrong type, or outside the descriptor's range
+            raise ConfigError(f"{name}: {exc}") from exc
     try:
-        return Settings(
-            node=NodeSettings(**values[NodeSettings]),
-            memory=MemoryConfig(**values[MemoryConfig]),
-            generation=GenerationConfig(**values[GenerationConfig]),
-            sampler=SamplerConfig(**values[SamplerConfig]),
-        )
+        return Settings(**{attr: _build(prefix, cls, values) for attr, prefix, cls in _SECTIONS})
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc

@@ -1,0 +1,185 @@
+"""Budgets of every policy over long random streams, and each paper's selection arithmetic in the engine.
+
+Invariants (hypothesis, every policy, both question stages): after every ingest
+the resident KV (sink included) is at most ``budget_tokens`` tokens' worth,
+offloaded bytes never exceed the cap, protected (summary) blocks are never
+compressed, and a question always answers from blocks held.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.block import Tier
+from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
+
+POLICY_CONFIGS = {
+    "full": {},
+    "rekv": {},
+    "streamkv": dict(streamkv=StreamKVConfig(similarity_threshold=0.9, min_segment_frames=2, max_segment_frames=5, retrieve_frames=3)),
+    "hermes": {},
+    "hermes-eager": dict(hermes=HermesConfig(reindex="eager", reindex_at=0.02)),
+    "mukv": dict(mukv=MuKVConfig(retrieve_patch=3, retrieve_frame=2, retrieve_segment=1)),
+}
+
+
+def scene(n: int, seed: int, scene_len: int = 4) -> list[Frame]:
+    """Frames of a few 'scenes': near-identical frames inside one, so segmenters see real boundaries."""
+    rng = np.random.default_rng(seed)
+    frames, base = [], None
+    for i in range(n):
+        if i % scene_len == 0:
+            base = rng.integers(0, 256, (8, 8, 3)).astype(np.int16)
+        img = np.clip(base + rng.integers(-3, 4, (8, 8, 3)), 0, 255).astype(np.uint8)
+        frames.append(Frame("/cam", (i + 1) * 10**9, img))
+    return frames
+
+
+def engine(adapter, name: str, budget_frames: int, window_frames: int, offload_frames: int, stage: str = "none", **over):
+    T = adapter.tokens_per_frame
+    sink = len(adapter.prefix_ids())
+    L = adapter.geometry.n_layers
+    page_bytes = 4 * adapter.geometry.bytes_per_token // L
+    cfg = dict(
+        policy=name.split("-")[0],
+        question_stage=stage,
+        budget_tokens=sink + (window_frames + 1 + budget_frames) * T,
+        local_window_tokens=window_frames * T,
+        offload_bytes=offload_frames * L * (T // 4) * page_bytes,
+        page_tokens=4,
+        retrieve_frames=2,
+    )
+    cfg.update(POLICY_CONFIGS[name])
+    cfg.update(over)
+    return VideoMemoryEngine(adapter, MemoryConfig(**cfg), GenerationConfig(max_new_tokens=2, max_new_tokens_limit=4))
+
+
+def check(e: VideoMemoryEngine, protected: dict[int, list[int]]) -> None:
+    s = e.stats()
+    L = e.adapter.geometry.n_layers
+    resident_entries = e.store.resident_entries + e.sink.n_tokens * L
+    assert resident_entries <= e.config.budget_tokens * L
+    assert s.tokens_resident <= s.budget_tokens
+    assert s.bytes_offloaded <= s.budget_offload_bytes <= e.config.offload_bytes
+    # Exact bookkeeping: the store's counters are the sums over its blocks.
+    assert e.store.resident_entries == sum(b.entries for b in e.store.blocks(Tier.RESIDENT))
+    assert e.store.offloaded_entries == sum(b.entries for b in e.store.blocks(Tier.OFFLOADED))
+    if e.store.arena is not None:
+        pages = [p for b in e.store.blocks(Tier.OFFLOADED) for kv in b.layers if kv is not None for p in kv.pages]
+        assert len(pages) == len(set(pages)) == e.store.arena.used_pages
+    for b in e.store.blocks():
+        assert not b.is_empty
+        if b.protected:  # summary blocks: never compressed, in every layer they were made for
+            assert [b.layer_tokens(l) for l in range(L)] == protected.setdefault(b.block_id, [b.layer_tokens(l) for l in range(L)])
+            assert all(t in (0, b.n_tokens) for t in protected[b.block_id])
+    if e.policy.name == "hermes":  # one resident cache with a per-layer budget
+        for layer in range(L):
+            held = sum(b.layer_tokens(layer) for b in e.store.blocks())
+            assert held <= e.config.budget_tokens - e.sink.n_tokens
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(sorted(POLICY_CONFIGS)),
+    stage=st.sampled_from(["none", "tgvkv"]),
+    budget_frames=st.integers(1, 4),
+    window_frames=st.integers(1, 2),
+    offload_frames=st.integers(0, 5),
+    n=st.integers(10, 45),
+    seed=st.integers(0, 10**6),
+)
+def test_budgets_hold_over_long_random_streams(tiny_adapter, name, stage, budget_frames, window_frames, offload_frames, n, seed):
+    e = engine(tiny_adapter, name, budget_frames, window_frames, offload_frames, stage)
+    protected: dict[int, list[int]] = {}
+    frames = scene(n, seed)
+    for f in frames:
+        e.ingest([f])
+        check(e, protected)
+    answer = e.ask(Question("what is there?", max_new_tokens=2))
+    held = {s for b in e.store.blocks() for s in b.stamps_ns} | {s for u in e.policy.pending_units() for s in u.stamps_ns or (u.stamp_ns,)}
+    assert {ev.stamp_ns for ev in answer.evidence} <= held
+    check(e, protected)  # a question changes nothing
+
+
+# --- StreamKV -----------------------------------------------------------------------
+def test_streamkv_compression_keeps_exactly_n_blocks_per_segment_over_layers(tiny_adapter):
+    """Eq. (9): N = ceil((1 - theta) T_i) x L frame blocks kept over all layers; summaries kept whole."""
+    e = engine(tiny_adapter, "streamkv", 40, 2, 20,
+               streamkv=StreamKVConfig(compression_ratio=0.6, min_segment_frames=3, max_segment_frames=8, retrieve_frames=2))
+    L = tiny_adapter.geometry.n_layers
+    for f in scene(24, seed=3, scene_len=5):
+        e.ingest([f])
+    blocks = sorted(e.store.blocks(), key=lambda b: b.order)
+    segments, current = [], []
+    for b in blocks:
+        if b.kind == "summary":
+            segments.append((current, b))
+            current = []
+        else:
+            current.append(b)
+    assert segments
+    for frames_, summary in segments:
+        n_frames = len(summary.stamps_ns) if all(len(b.stamps_ns) == 1 for b in frames_) else len(frames_)
+        kept = sum(b.layer_tokens(l) // b.n_tokens for b in frames_ for l in range(L))
+        assert kept == math.ceil(0.4 * n_frames) * L
+        assert all(summary.layer_tokens(l) == summary.n_tokens for l in range(L))
+    # Retrieval: N_r x L blocks over all layers, each layer at least one.
+    e.ask(Question("where was the red box?", max_new_tokens=1))
+    assert sum(e.policy.last_budgets) == 2 * L and min(e.policy.last_budgets) >= 1
+    assert all(len(ids) >= 1 for ids in e.last_layer_blocks)
+
+
+# --- MuKV ---------------------------------------------------------------------------
+def test_mukv_builds_three_granularities_and_retrieves_in_time_order(tiny_adapter):
+    T = tiny_adapter.tokens_per_frame
+    e = engine(tiny_adapter, "mukv", 200, 2, 0, budget_tokens=100_000)
+    for f in scene(8, seed=4):
+        e.ingest([f])
+    by_kind = {}
+    for b in e.store.blocks():
+        by_kind.setdefault(b.kind, []).append(b)
+    assert len(by_kind["patch"]) == 8 * 4 and len(by_kind["frame"]) == 8 and len(by_kind["segment"]) == 2
+    # Dual-signal compression keeps floor(rho |g|) tokens, the same ones in every layer, in order.
+    for kind, rho, size in (("patch", 0.1, T // 4), ("frame", 0.1, T), ("segment", 0.8, 4 * T)):
+        for b in by_kind[kind]:
+            want = max(1, math.floor(rho * size + 1e-9))
+            idx = [b.layers[l].index.tolist() for l in range(tiny_adapter.geometry.n_layers)]
+            assert all(len(i) == want and i == sorted(i) and i == idx[0] for i in idx)
+    e.ask(Question("what happened first?", max_new_tokens=1))
+    sel = e.policy.last_selection
+    assert (len(sel["patch"]), len(sel["frame"]), len(sel["segment"])) == (3, 2, 1)
+    ids = e.last_layer_blocks[0]
+    by_id = {b.block_id: b for b in e.store.blocks()}
+    orders = [by_id[i].order for i in ids]
+    assert orders == sorted(orders)  # time order, not granularity order (the public code's flaw)
+    assert all(layer_ids == ids for layer_ids in e.last_layer_blocks)
+
+
+# --- HERMES -------------------------------------------------------------------------
+@pytest.mark.parametrize("reindex", ["lazy", "eager"])
+def test_hermes_keeps_one_bounded_cache_with_summary_tokens(tiny_adapter, reindex):
+    T = tiny_adapter.tokens_per_frame
+    e = engine(tiny_adapter, "hermes", 3, 1, 0, hermes=HermesConfig(reindex=reindex, reindex_at=0.005))
+    budget = e.config.budget_tokens - e.sink.n_tokens
+    for f in scene(30, seed=5):
+        e.ingest([f])
+    roles = e.policy.roles
+    for layer, role in enumerate(roles):
+        held = sum(b.layer_tokens(layer) for b in e.store.blocks())
+        assert held == budget  # full, never over
+        has_summary = e.policy.summary is not None and e.policy.summary.layers[layer] is not None
+        assert has_summary == (role == "deep")
+    assert e.store.offloaded_entries == 0 and e.store.arena is None
+    if reindex == "lazy":
+        assert e.policy.reindexed > 0
+    # Logical positions after re-indexing stay below the model's limit however long the stream.
+    assert max(int(kv.logical.max()) for b in e.store.blocks() for kv in b.layers if kv is not None) < 30 * T
+    answer = e.ask(Question("what is there?", max_new_tokens=2))
+    assert answer.n_context_tokens == e.config.budget_tokens
