@@ -3,6 +3,7 @@
     ros2 launch videokv_node memory.launch.py
     ros2 launch videokv_node memory.launch.py model:=/models/llava-onevision-qwen2-0.5b-ov-hf \
         image_topic:=/camera/color/image_raw policy:=rekv use_sim_time:=true
+    ros2 launch videokv_node memory.launch.py policy:=streamkv question_stage:=tgvkv
 
 The camera QoS comes from the params file (sensor_data by default, as in the
 node), so the launch default and the node default always agree.
@@ -22,7 +23,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the node"),
         DeclareLaunchArgument("params_file", default_value=default_params, description="parameter file"),
         DeclareLaunchArgument("model", default_value="tiny", description="'tiny' or a local checkpoint directory"),
-        DeclareLaunchArgument("policy", default_value="rekv", description="memory policy: full or rekv"),
+        DeclareLaunchArgument("policy", default_value="rekv", description="memory policy: full, rekv, streamkv, hermes or mukv"),
+        DeclareLaunchArgument("question_stage", default_value="none", description="question-time stage: none or tgvkv (TGV-KV)"),
         DeclareLaunchArgument("image_topic", default_value="image", description="camera topic the 'image' input is remapped to"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (bag replay, simulation)"),
     ]
@@ -38,6 +40,7 @@ def generate_launch_description() -> LaunchDescription:
             {
                 "model": ParameterValue(LaunchConfiguration("model"), value_type=str),
                 "memory.policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
+                "memory.question_stage": ParameterValue(LaunchConfiguration("question_stage"), value_type=str),
                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
             },
         ],

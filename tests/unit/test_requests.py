@@ -58,7 +58,7 @@ def snapshot(engine):
     s = engine.stats()
     answer = engine.ask(FIXED)
     return (
-        [(b.block_id, b.tier, b.stamp_ns, list(b.pages)) for b in engine.store.blocks()],
+        [(b.block_id, b.tier, b.stamp_ns, [list(kv.pages) for kv in b.layers]) for b in engine.store.blocks()],
         (s.frames_ingested, s.frames_in_memory, s.frames_evicted, s.tokens_resident, s.tokens_offloaded, s.bytes_offloaded),
         engine.store.arena.free_pages,
         (answer.text, answer.option_index, answer.option_scores, answer.evidence, answer.n_context_tokens),
