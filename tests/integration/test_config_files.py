@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -122,7 +123,7 @@ def test_nested_parameters_reach_the_nested_configs(monkeypatch):
 )
 def test_bad_nested_values_are_config_errors_naming_the_parameter(monkeypatch, override, reason):
     with params_node(monkeypatch, overrides=[override]) as node:
-        with pytest.raises(ConfigError, match=reason.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")):
+        with pytest.raises(ConfigError, match=re.escape(reason)):
             declare_and_read(node)
 
 

@@ -183,3 +183,18 @@ def test_hermes_keeps_one_bounded_cache_with_summary_tokens(tiny_adapter, reinde
     assert max(int(kv.logical.max()) for b in e.store.blocks() for kv in b.layers if kv is not None) < 30 * T
     answer = e.ask(Question("what is there?", max_new_tokens=2))
     assert answer.n_context_tokens == e.config.budget_tokens
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_CONFIGS))
+@pytest.mark.parametrize("stage", ["none", "tgvkv"])
+def test_every_policy_runs_bounded_on_qwen25_vl(tiny_qwen, name, stage):
+    """mRoPE: blocks are shifted as (t, h, w) grids; budgets and answers as on LLaVA-OV."""
+    e = engine(tiny_qwen, name, 2, 1, 3, stage)
+    protected: dict[int, list[int]] = {}
+    for f in scene(14, seed=6):
+        e.ingest([f])
+        check(e, protected)
+    answer = e.ask(Question("what is there?", max_new_tokens=2))
+    assert answer.evidence
+    for b in e.store.blocks():  # stored positions are 3-row mRoPE positions
+        assert b.positions.shape[0] == 3

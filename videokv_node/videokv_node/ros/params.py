@@ -215,8 +215,8 @@ def declare_and_read(node: Node) -> Settings:
                 values[name] = tuple(param.value if param.value is not None else default)
             else:
                 values[name] = node.declare_parameter(name, default, _descriptor(name, default)).value
-        except ParameterException as exc:  # wrong type, or outside the descriptor's range
-            raise ConfigError(f"{name}: {exc}") from exc
+        except ParameterException as exc:  # wrong type or outside the descriptor's range; names the parameter
+            raise ConfigError(str(exc)) from exc
     try:
         return Settings(**{attr: _build(prefix, cls, values) for attr, prefix, cls in _SECTIONS})
     except (TypeError, ValueError) as exc:
