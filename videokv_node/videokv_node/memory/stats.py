@@ -11,12 +11,12 @@ import numpy as np
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     policy: str
-    frames_ingested: int
-    frames_evicted: int
-    frames_in_memory: int
-    tokens_resident: int  # sink + resident frame blocks
+    frames_ingested: int  # camera frames handed to the engine
+    frames_evicted: int  # blocks removed for good by caps or compression (one per frame for full, rekv, hermes)
+    frames_in_memory: int  # blocks held, resident + offloaded (MuKV holds several per frame; summaries count)
+    tokens_resident: int  # sink + resident blocks, in tokens' worth over all layers (entries / n_layers, rounded up)
     tokens_offloaded: int
-    bytes_resident: int
+    bytes_resident: int  # exact: every kept (token, layer) entry
     bytes_offloaded: int
     budget_tokens: int
     budget_offload_bytes: int  # the host arena's real capacity (offload_bytes rounded down to pages)
