@@ -254,7 +254,7 @@ def test_sim_time_drives_the_node_clock(ros):
     [
         ({"memory.budget_tokens": 100, "memory.local_window_tokens": 50}, "must hold the prompt sink"),
         ({"memory.policy": "lru"}, "memory.policy must be one of"),
-        ({"model": "/nonexistent/checkpoint"}, "neither 'tiny' nor a local checkpoint directory"),
+        ({"model": "/nonexistent/checkpoint"}, "nor a local checkpoint directory"),
         ({"camera_qos": "fast"}, "camera_qos must be one of"),
     ],
 )

@@ -29,7 +29,7 @@ INT64_MAX = 2**63 - 1
 class NodeSettings:
     """What the node itself uses (the rest goes to the library's configs)."""
 
-    model: str = "tiny"  # 'tiny' or a local LLaVA-OneVision checkpoint directory
+    model: str = "tiny"  # 'tiny', 'tiny-qwen2.5-vl' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory
     device: str = "auto"  # auto, cpu, cuda:N
     dtype: str = "auto"  # auto, float32, float16, bfloat16
     seed: int = 0  # seed of the tiny model's random weights
@@ -66,7 +66,7 @@ class Settings:
 
 
 _DESCRIPTIONS = {
-    "model": "'tiny' (seeded random weights, no files) or a local LLaVA-OneVision checkpoint directory",
+    "model": "'tiny' or 'tiny-qwen2.5-vl' (seeded random weights, no files), or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory",
     "device": "auto (first CUDA device, else CPU), cpu or cuda:N",
     "dtype": "auto (bf16/fp16 on GPU, fp32 on CPU), float32, float16 or bfloat16",
     "seed": "seed of the tiny model's random weights",
@@ -84,7 +84,7 @@ _DESCRIPTIONS = {
     "sample_reset_backward_s": "a stamp jumping back more than this is a clock reset (bag loop), not a stale frame",
     "memory.policy": f"memory policy, chosen at start: {', '.join(POLICIES)}",
     "memory.question_stage": f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}",
-    "memory.budget_tokens": "cap on KV tokens resident on the model's device (prompt sink included)",
+    "memory.budget_tokens": "cap on KV resident on the model's device, prompt sink included, in tokens' worth over all layers (hermes: per layer)",
     "memory.offload_bytes": "cap on host RAM for offloaded KV blocks, allocated once (rekv)",
     "memory.local_window_tokens": "tokens of recent frames each new frame attends to while encoding",
     "memory.retrieve_frames": "rekv: frame blocks retrieved per layer for a question, besides the recent window",
