@@ -1,9 +1,10 @@
 # videokv: set up, build, test and run from a clean clone (Debian/Ubuntu, Python 3.10+,
 # cmake, g++). Every target sets up what it needs and skips what is already done.
 #
-#   make test    unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
-#   make demo    the node on a short synthetic stream, answering a question
-#   make bench   memory-policy benchmarks
+#   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
+#   make demo           the node on a short synthetic stream, answering a question
+#   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
+#   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
 
@@ -18,7 +19,7 @@ PYTEST_ARGS ?=
 MODEL ?= tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench clean distclean
+.PHONY: setup build test demo bench bench-memory clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -34,6 +35,9 @@ demo: build
 
 bench: build
 	. ./env.sh && python -m bench.run
+
+bench-memory: build
+	. ./env.sh && python -m bench.run --part memory
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log

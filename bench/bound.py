@@ -71,7 +71,7 @@ def run(adapter: LlavaOnevisionAdapter, policy: str, n_frames: int, seed: int) -
         policy=policy,
         n_frames=n_frames,
         budget_tokens=stats.budget_tokens,
-        budget_bytes=engine.store.block_bytes(stats.budget_tokens),
+        budget_bytes=engine.store.entry_bytes(stats.budget_tokens * engine.adapter.geometry.n_layers),
         offload_cap_bytes=stats.budget_offload_bytes,
         peak_tokens_resident=peaks["tokens_resident"],
         peak_bytes_resident=peaks["bytes_resident"],

@@ -1,18 +1,26 @@
 """Benchmarks of the videokv memory engine on this machine; results go to docs/BENCHMARKS.md.
 
-    python -m bench.run            # full run (about 6-8 minutes on 2 CPU cores)
-    python -m bench.run --quick    # short run (about 1-2 minutes), same tables
-    make bench                     # the full run, after setting up the environment
+    python -m bench.run                  # everything (about 9 minutes on 2 CPU cores)
+    python -m bench.run --quick          # short run (about 1-2 minutes), same tables
+    python -m bench.run --part engine    # parts 1-3 only
+    python -m bench.run --part memory    # the memory-policy comparison only
+    make bench                           # everything, after setting up the environment
+    make bench-memory                    # --part memory, after setting up the environment
 
-Three parts, all seeded and measured with time.perf_counter (warm-up excluded):
+Four parts, all seeded and measured with time.perf_counter (warm-up excluded).
+The engine parts (``--part engine``):
 1. the tiny model, policies full and rekv: ingest latency, question TTFT and
    memory footprint at several memory sizes;
 2. the LLaVA-OneVision-0.5B geometry with random weights (nothing downloaded):
    vision and decoder cost per frame, KV bytes per frame, question TTFT;
 3. the memory bound over a long tiny stream: peaks against the caps (fails the
    run if a cap is ever exceeded).
+And ``--part memory``: every policy (full, rekv, streamkv, hermes, mukv, rekv with
+TGV-KV) on the same stream under the same budget, as ratios to full and rekv at
+several stream lengths (``bench/memory_policies.py``).
 
-Only the span between the result markers of --out is rewritten.
+Each of the two writes its own span of --out, between its own markers; the rest
+of the file is left as it is.
 """
 
 from __future__ import annotations
@@ -30,8 +38,8 @@ import torch
 
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
-from bench import bound, real_size, tiny
-from bench.machine import describe
+from bench import bound, memory_policies, real_size, tiny
+from bench.machine import Machine, describe
 from bench.report import Run, render, update_document
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,12 +55,16 @@ class Plan:
     real_frames: int  # part 2: frames streamed through the real-size model
     real_repeats: int  # part 2: timed repeats of each question
     bound_frames: int  # part 3: frames streamed per policy
+    memory_lengths: tuple[int, ...]  # memory part: checkpoints of the stream, frames streamed
+    memory_repeats: int  # memory part: timed repeats of each question per checkpoint
 
 
 FULL = Plan(memory_sizes=(50, 200, 1000), measured_frames=200, tiny_repeats=10,
-            real_frames=24, real_repeats=3, bound_frames=5000)
+            real_frames=24, real_repeats=3, bound_frames=5000,
+            memory_lengths=(100, 300, 1000, 3000), memory_repeats=10)
 QUICK = Plan(memory_sizes=(50, 200), measured_frames=50, tiny_repeats=5,
-             real_frames=3, real_repeats=1, bound_frames=1000)
+             real_frames=3, real_repeats=1, bound_frames=1000,
+             memory_lengths=(100, 300), memory_repeats=3)
 POLICIES = ("full", "rekv")
 
 
@@ -66,8 +78,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="fewer frames and repeats (about 1-2 minutes)")
     parser.add_argument(
+        "--part", choices=("all", "engine", "memory"), default="all",
+        help="engine: parts 1-3 (tiny model, memory bound, real-size model); memory: the policy comparison",
+    )
+    parser.add_argument(
         "--out", default="docs/BENCHMARKS.md",
-        help="markdown file whose results section is rewritten (relative to the repo root); '-' prints it",
+        help="markdown file whose results sections are rewritten (relative to the repo root); '-' prints them",
     )
     parser.add_argument("--json", default=None, help="also write every measurement as JSON to this path")
     parser.add_argument("--seed", type=int, default=0, help="seed of the models' weights and the synthetic scene")
@@ -113,28 +129,54 @@ def main(argv: list[str] | None = None) -> int:
     machine = describe(REPO)
     if machine.load_start[0] > machine.cores:
         log(f"warning: load average {machine.load_start[0]:.2f} on {machine.cores} cores; timings will be inflated")
+    command = "python -m bench.run" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
+    out = None if args.out == "-" else REPO / args.out
+    record: dict = {}
+    adapter = None
+    if args.part in ("all", "engine"):
+        result, adapter = run_engine_parts(plan, args, machine, command)
+        emit(out, render(result), update_document)
+        record.update(asdict(result))
+    if args.part in ("all", "memory"):
+        adapter = adapter or LlavaOnevisionAdapter.tiny(seed=args.seed)
+        at_start = describe(REPO) if args.part == "all" else machine  # this part's own date and load
+        parts = Parts()
+        measured = parts.run(
+            "memory policies", memory_policies.measure, adapter, plan.memory_lengths, plan.memory_repeats, args.seed, log
+        )
+        info = memory_policies.RunInfo(
+            command=command, quick=args.quick, seed=args.seed, machine=at_start, load_end=os.getloadavg(),
+            wall_s=parts.wall_s["memory policies"], cpu_s=parts.cpu_s["memory policies"],
+        )
+        emit(out, memory_policies.render(measured, info), memory_policies.update_document)
+        record["memory"] = asdict(measured)
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1, default=str))
+    return 0
+
+
+def run_engine_parts(plan: Plan, args: argparse.Namespace, machine: Machine, command: str) -> tuple[Run, LlavaOnevisionAdapter]:
+    """Parts 1-3, in the order that keeps the RSS figures of part 3 free of the real-size model."""
     parts = Parts()
     cases, adapter = parts.run("tiny model", run_tiny, plan, args.seed)
-    # Before the real-size part, so the RSS figures are the tiny model's process alone.
     bounds = parts.run("memory bound", run_bound, adapter, plan, args.seed)
     real = parts.run("real-size model", real_size.run, plan.real_frames, plan.real_repeats, args.seed, log)
-    command = "python -m bench.run" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     result = Run(
         command=command, quick=args.quick, seed=args.seed, machine=machine, load_end=os.getloadavg(),
         part_s=parts.wall_s, part_cpu_s=parts.cpu_s, tiny=cases,
         tiny_geometry_bytes=(adapter.tokens_per_frame, adapter.geometry.bytes_per_token),
         real=real, bound=bounds,
     )
-    section = render(result)
-    if args.out == "-":
+    return result, adapter
+
+
+def emit(out: Path | None, section: str, update) -> None:
+    """Print ``section`` (``out`` None) or write it into its span of ``out`` with ``update``."""
+    if out is None:
         print(section)
     else:
-        out = REPO / args.out
-        update_document(out, section)
+        update(out, section)
         log(f"results written to {out}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(asdict(result), indent=1, default=str))
-    return 0
 
 
 if __name__ == "__main__":

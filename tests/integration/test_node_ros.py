@@ -177,6 +177,42 @@ def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
         assert client.ask("And now?").success
 
 
+def test_paper_policy_on_qwen25_vl_over_dds(ros):
+    """A seed paper's policy, its nested parameters and the TGV-KV stage, on the mRoPE model, through ~/ask."""
+    params = {
+        "model": "tiny-qwen2.5-vl",
+        "image_topics": ["cam_q"],
+        "camera_qos": "reliable",
+        "sample_fps": 0.0,
+        "queue_size": 64,
+        "stats_period_s": 0.2,
+        "memory.policy": "streamkv",
+        "memory.question_stage": "tgvkv",
+        "memory.budget_tokens": 1024,
+        "memory.local_window_tokens": 64,
+        "memory.streamkv.min_segment_frames": 2,
+        "memory.streamkv.retrieve_frames": 2,
+        "memory.tgvkv.keep_ratio": 0.2,
+        "max_new_tokens": 3,
+    }
+    with running_node(ros, params, "videokv_qwen") as (proc, client, cam):
+        pub = cam.create_publisher(Image, "/cam_q", RELIABLE)
+        wait_subscribed(pub)
+        for i in range(7):  # random frames: every one a boundary, so segments close every 2 frames
+            pub.publish(image_msg(frame(200 + i), (40 + i) * NS))
+            time.sleep(0.05)
+        stats = client.wait_stats(lambda s: s.frames_ingested == 7 and s.queue_depth == 0, timeout=120)
+        assert stats.policy == "streamkv" and stats.tokens_resident <= stats.budget_tokens
+        assert stats.frames_in_memory == 9  # 3 closed segments: 6 frames + 3 summary frames; frame 7 waits
+        resp = client.ask("What is on the table?")
+        assert resp.success, resp.message
+        stamps = [time_to_ns(s) for s in resp.evidence_stamps]
+        assert stamps == sorted(stamps) and set(stamps) <= {(40 + i) * NS for i in range(7)}
+        assert (46 * NS) in stamps  # the open segment's frame is seen by the question
+        resp = client.ask("Which?", options=["a cup", "a box"])
+        assert resp.success and len(resp.option_scores) == 2
+
+
 def test_memory_stays_bounded_under_a_high_rate_stream(ros):
     """2000 frames in a burst: each is ingested or dropped (counted) at the node's queue; memory stays capped."""
     budget = 94 + 32 + 16 * 4  # sink + window + four frames of 16 tokens

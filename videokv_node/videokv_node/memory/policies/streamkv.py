@@ -28,7 +28,9 @@ Choices where the paper is not specific, ours:
   not depend on where it happened to be encoded.
 - A question asked while a segment is open sees that segment's frames: they
   are encoded for the question (with the local window), uncompressed, and
-  dropped after it; the segment is encoded for good when it closes.
+  dropped after it; the segment is encoded for good when it closes. On a
+  static scene a segment may stay open for long (merging caps it at M
+  members, not in time), so a question may pay for encoding up to M frames.
 - Blocks leave the device oldest first to the host arena (the KV bank), as in
   ReKV; past the arena's cap the oldest is dropped.
 """
@@ -67,7 +69,13 @@ class StreamKVPolicy(MemoryPolicy):
                 max_frames=self.cfg.max_segment_frames,
             )
         )
-        self._units: dict[int, Unit] = {}  # open-segment frames by item id
+        # Open-segment frames: only (camera, stamp) per frame. Their features live once in the
+        # segmenter's members (at most max_segment_frames of them, merged frames averaged), so
+        # what waits outside the KV budget is bounded by M frames of features, however long
+        # a segment stays open.
+        self._meta: dict[int, tuple[str, int]] = {}
+        self._offsets: torch.Tensor | None = None  # (P, T): every frame's token offsets
+        self._dtype = torch.float32
         self._next_item = 0
         self.guidance: torch.Tensor | None = None  # (L, H_kv * D)
         self.last_budgets: list[int] = []  # per layer, of the last retrieval (tests, debugging)
@@ -77,23 +85,27 @@ class StreamKVPolicy(MemoryPolicy):
 
     def reset(self) -> None:
         self.segmenter.reset()
-        self._units.clear()
+        self._meta.clear()
 
     # --- encoding -----------------------------------------------------------
     def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
         item = self._next_item
         self._next_item += 1
-        self._units[item] = unit
+        self._meta[item] = (unit.camera, unit.stamp_ns)
+        self._offsets, self._dtype = unit.offsets, unit.feat.dtype
         closed = self.segmenter.push(item, unit.feat)
         return [self._segment_job(segment) for segment in closed]
 
+    def _member_unit(self, member) -> Unit:
+        """A segment member as a unit: one frame, or the mean of merged adjacent frames (cited by all of them)."""
+        camera = self._meta[member.item_ids[0]][0]
+        stamps = tuple(self._meta[i][1] for i in member.item_ids)
+        # The member's feature is an exact float32 copy for a single frame; back to the model's dtype.
+        feat = member.feature.to(self._dtype)
+        return Unit(feat=feat, offsets=self._offsets, camera=camera, stamp_ns=stamps[0], stamps_ns=stamps)
+
     def _segment_job(self, segment) -> EncodeJob:
-        units = []
-        for member in segment.members:
-            first = self._units[member.item_ids[0]]
-            stamps = tuple(self._units[i].stamp_ns for i in member.item_ids)
-            feat = member.feature.to(first.feat.dtype) if len(member.item_ids) > 1 else first.feat
-            units.append(Unit(feat=feat, offsets=first.offsets, camera=first.camera, stamp_ns=stamps[0], stamps_ns=stamps))
+        units = [self._member_unit(member) for member in segment.members]
         if self.cfg.summary_frames:
             last = units[-1]
             all_stamps = tuple(s for u in units for s in u.stamps_ns)
@@ -111,17 +123,11 @@ class StreamKVPolicy(MemoryPolicy):
             )
         for member in segment.members:
             for i in member.item_ids:
-                self._units.pop(i, None)
+                self._meta.pop(i, None)
         return EncodeJob(units)
 
     def pending_units(self) -> list[Unit]:
-        out = []
-        for member in self.segmenter.pending:
-            first = self._units[member.item_ids[0]]
-            stamps = tuple(self._units[i].stamp_ns for i in member.item_ids)
-            feat = member.feature.to(first.feat.dtype) if len(member.item_ids) > 1 else first.feat
-            out.append(Unit(feat=feat, offsets=first.offsets, camera=first.camera, stamp_ns=stamps[0], stamps_ns=stamps))
-        return out
+        return [self._member_unit(member) for member in self.segmenter.pending]
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
