@@ -203,7 +203,9 @@ def test_paper_policy_on_qwen25_vl_over_dds(ros):
             time.sleep(0.05)
         stats = client.wait_stats(lambda s: s.frames_ingested == 7 and s.queue_depth == 0, timeout=120)
         assert stats.policy == "streamkv" and stats.tokens_resident <= stats.budget_tokens
-        assert stats.frames_in_memory == 9  # 3 closed segments: 6 frames + 3 summary frames; frame 7 waits
+        # 3 closed segments made 6 frame blocks + 3 summary blocks (frame 7 waits in the open segment);
+        # compression (theta 0.6) may have dropped some frame blocks from every layer, counted as evicted.
+        assert stats.frames_in_memory + stats.frames_evicted == 9 and stats.frames_in_memory >= 3
         resp = client.ask("What is on the table?")
         assert resp.success, resp.message
         stamps = [time_to_ns(s) for s in resp.evidence_stamps]
