@@ -14,7 +14,6 @@ their 196 pooled tokens only, as ReKV does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -25,13 +24,12 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
 from transformers.cache_utils import Cache
 
-from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
+from videokv_node.models.adapter import KVGeometry
 from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.chat_adapter import ChatVideoLLMAdapter
 from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
-SYSTEM_PROMPT = "You are a helpful assistant that remembers what the robot's cameras have seen."
-OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SUPPORTED_ROPE_TYPES = ("default", "linear")
 
 
@@ -66,7 +64,7 @@ def tiny_config(tokenizer) -> LlavaOnevisionConfig:
     return onevision_config(tokenizer, text, vision, tie_word_embeddings=False)
 
 
-class LlavaOnevisionAdapter(VideoLLMAdapter):
+class LlavaOnevisionAdapter(ChatVideoLLMAdapter):
     """A loaded LLaVA-OneVision model plus its tokenizer and frame preprocessing."""
 
     def __init__(
@@ -167,45 +165,6 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
         feats = out.pooler_output[:, :-1]  # drop the clip-final image_newline: (1, F * T, hidden)
         return feats.reshape(len(frames), self.tokens_per_frame, -1)  # (F, T, hidden)
 
-    # --- text -------------------------------------------------------------
-    def text_ids(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    _ids = text_ids
-
-    def prefix_ids(self) -> list[int]:
-        return self._ids(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
-
-    def question_ids(self, question: str, options: list[str]) -> list[int]:
-        text = f"\n{question.strip()}"
-        if options:
-            lines = "\n".join(f"{OPTION_LETTERS[i]}. {opt.strip()}" for i, opt in enumerate(options))
-            text += f"\n{lines}\nAnswer with the option's letter from the given choices directly."
-        return self._ids(f"{text}<|im_end|>\n<|im_start|>assistant\n")
-
-    def option_token_ids(self, n_options: int) -> list[int]:
-        if n_options > len(OPTION_LETTERS):
-            raise ValueError(f"at most {len(OPTION_LETTERS)} options")
-        ids = []
-        for letter in OPTION_LETTERS[:n_options]:
-            tok = self._ids(letter)
-            if len(tok) != 1:
-                raise ValueError(f"option letter {letter!r} is not a single token for this tokenizer")
-            ids.append(tok[0])
-        return ids
-
-    @torch.inference_mode()
-    def embed_tokens(self, ids: list[int]) -> torch.Tensor:
-        t = torch.tensor([ids], dtype=torch.long, device=self.device)
-        return self.model.get_input_embeddings()(t)  # (1, n, hidden)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    @property
-    def eos_token_ids(self) -> set[int]:
-        return self._eos
-
     # --- decoder ----------------------------------------------------------
     @torch.inference_mode()
     def forward(
@@ -224,24 +183,7 @@ class LlavaOnevisionAdapter(VideoLLMAdapter):
             use_cache=True,
             videokv_observer=observer,
         )
-        if not logits:
-            return None
-        logits = self.model.lm_head(out.last_hidden_state[:, -1])[0]  # (vocab,)
-        return logits if logits.dtype == torch.float64 else logits.float()
+        return self._last_logits(out) if logits else None
 
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)
-
-    def query_modules(self) -> list[torch.nn.Module]:
-        return [layer.self_attn.q_proj for layer in self._lm.layers]
-
-    def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            config = self.model.config.to_dict()
-            config.pop("_name_or_path", None)  # where the files lie is not what the model is
-            h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-            for name, p in sorted(self.model.state_dict().items()):
-                h.update(name.encode())
-                h.update(p.detach().flatten()[:64].float().cpu().numpy().tobytes())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint

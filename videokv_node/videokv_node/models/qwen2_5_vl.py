@@ -25,7 +25,6 @@ token after it starts at start + max(grid_h, grid_w) (``frame_span``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -35,9 +34,9 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 from transformers.cache_utils import Cache
 
-from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
+from videokv_node.models.adapter import KVGeometry
 from videokv_node.models.attention import AttentionObserver, use_videokv_attention
-from videokv_node.models.llava_onevision import OPTION_LETTERS, SYSTEM_PROMPT
+from videokv_node.models.chat_adapter import ChatVideoLLMAdapter
 from videokv_node.models.rope import rotate_keys, rotate_keys_mrope
 from videokv_node.models.tiny_tokenizer import QWEN_VL_SPECIAL_TOKENS, build_tiny_tokenizer
 
@@ -111,10 +110,12 @@ def tiny_qwen25_model(seed: int = 0) -> tuple[Qwen2_5_VLForConditionalGeneration
     return model, tokenizer
 
 
-class Qwen25VLAdapter(VideoLLMAdapter):
+class Qwen25VLAdapter(ChatVideoLLMAdapter):
     """A loaded Qwen2.5-VL model plus its tokenizer, fixed-size frame preprocessing and mRoPE positions."""
 
     position_dims = 3
+    video_open = "<|vision_start|>"  # Qwen's template wraps the video in vision markers
+    video_close = "<|vision_end|>"
 
     def __init__(
         self,
@@ -279,43 +280,6 @@ class Qwen25VLAdapter(VideoLLMAdapter):
         out = self.model.model.get_image_features(patches, grid_thw)
         return torch.stack(out.pooler_output)  # per-image (T, hidden) -> (F, T, hidden)
 
-    # --- text -------------------------------------------------------------
-    def text_ids(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def prefix_ids(self) -> list[int]:
-        return self.text_ids(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n<|vision_start|>")
-
-    def question_ids(self, question: str, options: list[str]) -> list[int]:
-        text = f"<|vision_end|>{question.strip()}"
-        if options:
-            lines = "\n".join(f"{OPTION_LETTERS[i]}. {opt.strip()}" for i, opt in enumerate(options))
-            text += f"\n{lines}\nAnswer with the option's letter from the given choices directly."
-        return self.text_ids(f"{text}<|im_end|>\n<|im_start|>assistant\n")
-
-    def option_token_ids(self, n_options: int) -> list[int]:
-        if n_options > len(OPTION_LETTERS):
-            raise ValueError(f"at most {len(OPTION_LETTERS)} options")
-        ids = []
-        for letter in OPTION_LETTERS[:n_options]:
-            tok = self.text_ids(letter)
-            if len(tok) != 1:
-                raise ValueError(f"option letter {letter!r} is not a single token for this tokenizer")
-            ids.append(tok[0])
-        return ids
-
-    @torch.inference_mode()
-    def embed_tokens(self, ids: list[int]) -> torch.Tensor:
-        t = torch.tensor([ids], dtype=torch.long, device=self.device)
-        return self.model.get_input_embeddings()(t)  # (1, n, hidden)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    @property
-    def eos_token_ids(self) -> set[int]:
-        return self._eos
-
     # --- decoder ----------------------------------------------------------
     @torch.inference_mode()
     def forward(
@@ -338,31 +302,19 @@ class Qwen25VLAdapter(VideoLLMAdapter):
             use_cache=True,
             videokv_observer=observer,
         )
-        if not logits:
-            return None
-        logits = self.model.lm_head(out.last_hidden_state[:, -1])[0]  # (vocab,)
-        return logits if logits.dtype == torch.float64 else logits.float()
+        return self._last_logits(out) if logits else None
 
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         if delta.dim() == 1:
             return rotate_keys(keys, delta, self._inv_freq)  # one shift on all rows is a 1-D rotation
         return rotate_keys_mrope(keys, delta, self._inv_freq, self._mrope_section)
 
-    def query_modules(self) -> list[torch.nn.Module]:
-        return [layer.self_attn.q_proj for layer in self._lm.layers]
-
-    def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            config = self.model.config.to_dict()
-            for key in ("_name_or_path", "architectures", "transformers_version"):
-                config.pop(key, None)  # where and by what the files were written is not what the model is
-            for part in (config, config.get("text_config") or {}, config.get("vision_config") or {}):
-                part.pop("dtype", None)  # None or not depending on how the config was made: use the real one
-            # Another frame size gives other tokens per frame; another dtype other cached K/V.
-            config["videokv"] = {"frame_size": self.image_size, "dtype": str(self.geometry.dtype)}
-            h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-            for name, p in sorted(self.model.state_dict().items()):
-                h.update(name.encode())
-                h.update(p.detach().flatten()[:64].float().cpu().numpy().tobytes())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint
+    def _fingerprint_config(self) -> dict:
+        config = super()._fingerprint_config()
+        for key in ("architectures", "transformers_version"):
+            config.pop(key, None)  # what wrote the files is not what the model is
+        for part in (config, config.get("text_config") or {}, config.get("vision_config") or {}):
+            part.pop("dtype", None)  # None or not depending on how the config was made: use the real one
+        # Another frame size gives other tokens per frame; another dtype other cached K/V.
+        config["videokv"] = {"frame_size": self.image_size, "dtype": str(self.geometry.dtype)}
+        return config
