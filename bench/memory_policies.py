@@ -87,6 +87,7 @@ class Point:
     stats: EngineStats  # after the n_frames-th frame, before the questions
     frames_held: int  # distinct frames with KV anywhere in memory (resident or offloaded, any layer)
     frames_pending: int  # frames received but not encoded yet (StreamKV's open segment), outside the KV figures
+    members_pending: int  # what those frames are held as: segment members (merged frames count once), <= M
     sink_tokens: int  # the prompt sink, counted in stats.tokens_resident
 
     @property
@@ -168,6 +169,7 @@ def _measure(adapter, lengths, repeats, seed, log) -> Measurement:
                 stats=engine.stats(),
                 frames_held=_frames_held(engine),
                 frames_pending=sum(len(u.stamps_ns) or 1 for u in engine.policy.pending_units()),
+                members_pending=len(engine.policy.pending_units()),
                 mc=time_question(engine, mc_question(), QUESTION_WARMUP, repeats),
                 open=time_question(engine, open_question(), QUESTION_WARMUP, repeats),
                 sink_tokens=sink,
@@ -382,11 +384,12 @@ def _papers(m: Measurement) -> str:
     )
     sk = max((p for p in m.points if p.case == "streamkv"), key=lambda p: p.frames_pending)
     if sk.frames_pending:
-        held = sk.frames_pending * m.feature_bytes_per_frame
-        ov = sk.frames_pending * OV7B_TOKENS_PER_FRAME * OV7B_HIDDEN * 2
+        held = sk.members_pending * m.feature_bytes_per_frame
+        ov = sk.members_pending * OV7B_TOKENS_PER_FRAME * OV7B_HIDDEN * 4
         lines.append(
-            f"- `streamkv` had {sk.frames_pending:,} frames in its open segment at {sk.n_frames:,} frames streamed: their "
-            f"features ({size(held)} here; {size(ov)} for LLaVA-OV-7B in bfloat16) are held outside the budget and "
-            f"outside `engine.stats()` until the segment closes."
+            f"- `streamkv` had {sk.frames_pending:,} frames in its open segment at {sk.n_frames:,} frames streamed, held as "
+            f"{sk.members_pending} segment members (merging caps them at M = 64): their float32 features ({size(held)} "
+            f"here; {size(ov)} for LLaVA-OV-7B) are held outside the KV budget and outside `engine.stats()` until the "
+            f"segment closes."
         )
     return "### The papers' figures in our units\n\n" + "\n".join(lines)
