@@ -198,3 +198,15 @@ def test_every_policy_runs_bounded_on_qwen25_vl(tiny_qwen, name, stage):
     assert answer.evidence
     for b in e.store.blocks():  # stored positions are 3-row mRoPE positions
         assert b.positions.shape[0] == 3
+
+
+@pytest.mark.parametrize("name", ["streamkv", "mukv", "hermes"])
+def test_time_window_cites_only_frames_inside_it(tiny_adapter, name):
+    """Blocks holding several frames (summaries, merged frames, segments) are used only if all lie in the window."""
+    e = engine(tiny_adapter, name, 40, 2, 20, streamkv=StreamKVConfig(min_segment_frames=3, max_segment_frames=4))
+    for f in scene(24, seed=7, scene_len=6):
+        e.ingest([f])
+    since, until = 5 * 10**9, 14 * 10**9
+    answer = e.ask(Question("what happened?", since_ns=since, until_ns=until, max_new_tokens=1))
+    stamps = [ev.stamp_ns for ev in answer.evidence]
+    assert stamps and all(since <= s <= until for s in stamps)

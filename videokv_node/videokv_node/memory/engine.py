@@ -214,7 +214,12 @@ class VideoMemoryEngine:
         return ids
 
     def candidates(self, question: Question) -> list[FrameBlock]:
-        """Blocks of the asked cameras holding a frame in the asked time window (time order)."""
+        """Blocks of the asked cameras whose frames all lie in the asked time window (time order).
+
+        All, not any: a block that also holds frames outside the window (a StreamKV summary
+        or merged frame, a MuKV segment) would make the answer rest on them, and the
+        evidence cite them, though the caller asked about the window only.
+        """
         return [b for b in self.store.blocks() if self._matches(question, b.camera, b.stamps_ns)]
 
     @staticmethod
@@ -222,7 +227,7 @@ class VideoMemoryEngine:
         if question.cameras and camera not in question.cameras:
             return False
         until = question.until_ns or None
-        return any(s >= question.since_ns and (until is None or s <= until) for s in stamps)
+        return all(s >= question.since_ns and (until is None or s <= until) for s in stamps)
 
     @torch.inference_mode()
     def ask(self, question: Question, on_token=None) -> Answer:

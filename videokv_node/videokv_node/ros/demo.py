@@ -8,7 +8,7 @@
    question restricted to a time window; prints answers, evidence stamps, TTFT
    and the memory statistics; exits 0 only if every step worked.
 
-    python -m videokv_node.ros.demo [--model DIR] [--policy rekv|full]
+    python -m videokv_node.ros.demo [--model tiny|tiny-qwen2.5-vl|DIR] [--policy POLICY] [--question-stage tgvkv]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 
 import rclpy
 
+from videokv_node.memory.config import POLICIES, QUESTION_STAGES
 from videokv_node.ros.client import MemoryClient
 from videokv_node.ros.conversions import time_to_ns
 from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
@@ -46,8 +47,11 @@ def show(label: str, resp, t0_ns: int) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny", help="'tiny' or a local LLaVA-OneVision checkpoint directory")
-    parser.add_argument("--policy", default="rekv", choices=["rekv", "full"])
+    parser.add_argument(
+        "--model", default="tiny", help="'tiny', 'tiny-qwen2.5-vl' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory"
+    )
+    parser.add_argument("--policy", default="rekv", choices=list(POLICIES))
+    parser.add_argument("--question-stage", default="none", choices=list(QUESTION_STAGES))
     parser.add_argument("--frames", type=int, default=120, help="scene frames (4 per second of scene time)")
     args = parser.parse_args(argv)
 
@@ -59,14 +63,16 @@ def main(argv=None) -> int:
         "sample_fps": 1.0,
         "queue_size": 64,
         "memory.policy": args.policy,
+        "memory.question_stage": args.question_stage,
         "max_new_tokens": 24,
     }
-    if args.model == "tiny":
+    tiny = not os.path.isdir(os.path.expanduser(args.model))  # a seeded tiny model (the node refuses unknown names)
+    if tiny:
         # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
         # per-layer retrieval (16 tokens per frame: window 8 frames, ~18 frames resident, 4 retrieved).
         params.update({"memory.budget_tokens": 400, "memory.local_window_tokens": 128, "memory.retrieve_frames": 4})
     print(f"videokv demo: model {args.model!r}, policy {args.policy}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}")
-    if args.model == "tiny":
+    if tiny:
         print(
             "NOTE: the 'tiny' model has random, untrained weights: it exercises the whole path (ROS API, memory,\n"
             "      retrieval, RoPE) but its answers are meaningless. For real answers run\n"
