@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory import ConfigError, Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.block import Tier
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
 
@@ -24,8 +24,8 @@ POLICY_CONFIGS = {
     "full": {},
     "rekv": {},
     "streamkv": dict(streamkv=StreamKVConfig(similarity_threshold=0.9, min_segment_frames=2, max_segment_frames=5, retrieve_frames=3)),
-    "hermes": {},
-    "hermes-eager": dict(hermes=HermesConfig(reindex="eager", reindex_at=0.02)),
+    "hermes": dict(hermes=HermesConfig(chunk_frames=2)),
+    "hermes-eager": dict(hermes=HermesConfig(reindex="eager", reindex_at=0.02, chunk_frames=1)),
     "mukv": dict(mukv=MuKVConfig(retrieve_patch=3, retrieve_frame=2, retrieve_segment=1)),
 }
 
@@ -166,7 +166,7 @@ def test_mukv_builds_three_granularities_and_retrieves_in_time_order(tiny_adapte
 @pytest.mark.parametrize("reindex", ["lazy", "eager"])
 def test_hermes_keeps_one_bounded_cache_with_summary_tokens(tiny_adapter, reindex):
     T = tiny_adapter.tokens_per_frame
-    e = engine(tiny_adapter, "hermes", 3, 1, 0, hermes=HermesConfig(reindex=reindex, reindex_at=0.005))
+    e = engine(tiny_adapter, "hermes", 3, 1, 0, hermes=HermesConfig(reindex=reindex, reindex_at=0.005, chunk_frames=1))
     budget = e.config.budget_tokens - e.sink.n_tokens
     for f in scene(30, seed=5):
         e.ingest([f])
@@ -198,6 +198,26 @@ def test_every_policy_runs_bounded_on_qwen25_vl(tiny_qwen, name, stage):
     assert answer.evidence
     for b in e.store.blocks():  # stored positions are 3-row mRoPE positions
         assert b.positions.shape[0] == 3
+
+
+def test_hermes_compresses_once_per_chunk_and_never_over_budget(tiny_adapter):
+    """Each compression leaves room for chunk_frames - 1 more frames: one compression per chunk."""
+    T, chunk = tiny_adapter.tokens_per_frame, 3
+    e = engine(tiny_adapter, "hermes", 6, 1, 0, hermes=HermesConfig(chunk_frames=chunk))
+    budget = e.config.budget_tokens - e.sink.n_tokens  # per layer: 8 frames' worth
+    held = []
+    for f in scene(40, seed=8):
+        e.ingest([f])
+        held.append(max(sum(b.layer_tokens(l) for b in e.store.blocks()) for l in range(tiny_adapter.geometry.n_layers)))
+    assert max(held) <= budget
+    first = next(i for i, h in enumerate(held) if h < (i + 1) * T)  # the first compression
+    assert e.policy.compressions == 1 + (40 - 1 - first) // chunk
+    assert min(held[first:]) == budget - (chunk - 1) * T  # right after each compression
+
+
+def test_hermes_refuses_a_budget_smaller_than_a_chunk(tiny_adapter):
+    with pytest.raises(ConfigError, match="chunk_frames"):
+        engine(tiny_adapter, "hermes", 2, 1, 0, hermes=HermesConfig(chunk_frames=16))
 
 
 @pytest.mark.parametrize("name", ["streamkv", "mukv", "hermes"])

@@ -73,6 +73,7 @@ class HermesConfig:
     smoothing_shallow: float = 0.1  # lambda of cross-layer smoothing s_l <- (1-lambda) s_l + lambda s_{l+1},
     smoothing_middle: float = 0.3  #   per layer role, from HERMES' public script
     smoothing_deep: float = 0.4
+    chunk_frames: int = 16  # frames between compressions (paper: the stream is encoded in chunks of 16 frames)
     summary_token: bool = True  # pruned deep-layer tokens folded into one summary token per layer
     reindex: str = "lazy"  # lazy (streaming, paper's choice for streams) or eager (offline)
     reindex_at: float = 0.9  # lazy: re-index when positions pass this share of the model's maximum (ours)
@@ -86,6 +87,8 @@ class HermesConfig:
             raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
         if self.recency_rate <= 0:
             raise ConfigError(f"{p}.recency_rate must be > 0")
+        if self.chunk_frames < 1:
+            raise ConfigError(f"{p}.chunk_frames must be >= 1")
         for role in ("shallow", "middle", "deep"):
             _check_fraction(p, f"smoothing_{role}", getattr(self, f"smoothing_{role}"))
         _check_fraction(p, "reindex_at", self.reindex_at, low_open=True)

@@ -105,6 +105,7 @@ _DESCRIPTIONS = {
     "memory.hermes.smoothing_shallow": "HERMES: cross-layer smoothing lambda in shallow layers (HERMES' public script: 0.1)",
     "memory.hermes.smoothing_middle": "HERMES: cross-layer smoothing lambda in middle layers (HERMES' public script: 0.3)",
     "memory.hermes.smoothing_deep": "HERMES: cross-layer smoothing lambda in deep layers (HERMES' public script: 0.4)",
+    "memory.hermes.chunk_frames": "HERMES: frames between compressions; each compression leaves room for the next chunk (paper: 16)",
     "memory.hermes.summary_token": "HERMES: pruned deep-layer tokens folded into one summary token per layer (paper: on)",
     "memory.hermes.reindex": "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)",
     "memory.hermes.reindex_at": "HERMES lazy re-indexing: when positions pass this share of the model's maximum, in (0, 1] (ours: 0.9)",

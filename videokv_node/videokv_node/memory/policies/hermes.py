@@ -28,9 +28,14 @@ omega linear from 1 at the first middle layer to 0 at the last, scores
 normalised to sum 1 per layer before mixing, a token missing from the next layer contributing 0 there,
 pseudo-query attention computed as a question asked now would see it (queries
 at the next position, keys where the cache holds them, sink included in the
-softmax), the summary token standing right after the sink (the distant past),
-and compression whenever a layer exceeds its budget (every frame once full,
-where the paper compresses per 16-frame chunk).
+softmax), and the summary token standing right after the sink (the distant past).
+
+Chunks: the paper encodes 16 frames at a time and compresses when a chunk has
+pushed the cache past its budget, so its cache peaks at budget + one chunk. Our
+budget is a hard cap, so a compression instead leaves room for the next chunk:
+once a layer is over its budget, every layer is compressed to its budget less
+``chunk_frames - 1`` frames, and the next compression comes ``chunk_frames``
+frames later. One compression per chunk, as in the paper, and never over budget.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import torch
 
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.config import ConfigError
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, present_in
 from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer
 from videokv_node.memory.scoring.hermes import (
@@ -70,11 +76,19 @@ class HermesPolicy(MemoryPolicy):
         self.summary: FrameBlock | None = None
         self._summary_count = [0] * self.n_layers
         self.reindexed = 0  # lazy re-indexings done (tests, stats)
+        self.compressions = 0  # compressions done (tests, stats)
 
     def setup(self, engine, probe: Probe) -> None:
         self.engine = engine
         self.sink_len = engine.sink.n_tokens
         self.budget = self.config.budget_tokens - self.sink_len  # tokens per layer
+        self.headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
+        if self.budget - 1 - self.headroom < self.adapter.tokens_per_frame:
+            raise ConfigError(
+                f"memory.budget_tokens ({self.config.budget_tokens}) leaves {self.budget} tokens per layer after the prompt "
+                f"sink: hermes needs room for one frame kept plus a chunk of memory.hermes.chunk_frames "
+                f"({self.cfg.chunk_frames}) frames of {self.adapter.tokens_per_frame} tokens; raise the budget or lower chunk_frames"
+            )
         self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
 
     def reset(self) -> None:
@@ -110,6 +124,7 @@ class HermesPolicy(MemoryPolicy):
         return self.budget - (1 if self.cfg.summary_token and self.roles[layer] == "deep" else 0)
 
     def _compress(self, store: BlockStore, held: list[FrameBlock]) -> None:
+        self.compressions += 1
         per_layer = present_in(held, self.n_layers)
         targets, next_pos = self.layout(self.sink_len, per_layer)
         scores, ids = [], []
@@ -130,7 +145,7 @@ class HermesPolicy(MemoryPolicy):
         lam = [getattr(self.cfg, f"smoothing_{role}") for role in self.roles[:-1]] + [0.0]
         smoothed = cross_layer_smooth(scores, ids, lam)
         for layer, blocks in enumerate(per_layer):
-            n_keep = self._regular_budget(layer)
+            n_keep = self._regular_budget(layer) - self.headroom  # room for the rest of the next chunk
             if ids[layer].numel() <= n_keep:
                 continue
             order = torch.sort(smoothed[layer], descending=True, stable=True).indices
