@@ -250,12 +250,14 @@ class VideoMemoryEngine:
         if next_pos + len(ids) + max_new > self.adapter.max_positions:
             raise RequestError(f"context of {next_pos + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
         positions = self.adapter.text_positions(next_pos, len(ids))
-        stage = self.question_stage
+        # Multiple choice is read from the prefill's logits: a question stage, which only changes
+        # decoding, has nothing to do there, so it does not even collect attention.
+        stage = self.question_stage if not question.options else None
         observer = stage.observer(self.sink.n_tokens, len(ids)) if stage is not None else None
         with capture.attached(self.adapter.query_modules()):
             logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
         self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
-        if stage is not None and not question.options:
+        if stage is not None:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         ttft = time.perf_counter() - t0
         if question.options:
