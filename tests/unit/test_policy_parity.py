@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from tests.unit.helpers import greedy, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig, TGVKVConfig
-from videokv_node.memory.retrieval_cache import placed_cache  # noqa: F401  (documents what the engine builds)
 
 ATOL = 1e-4
 N_FRAMES = 6
@@ -116,8 +116,6 @@ def test_streamkv_summary_frames_equal_a_plain_forward_with_summaries_inserted(t
     sequence += list(feats[9:])
     q_ids = a.question_ids("what changed?", [])
     embeds = torch.cat([a.embed_tokens(a.prefix_ids()), torch.stack(sequence).reshape(1, -1, feats.shape[-1]), a.embed_tokens(q_ids)], 1)
-    from transformers.cache_utils import DynamicCache
-
     ref_cache = DynamicCache()
     ref_logits = a.forward(embeds, torch.arange(embeds.shape[1]), ref_cache)
     engine.ask(Question("what changed?", max_new_tokens=1))

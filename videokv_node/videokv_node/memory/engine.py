@@ -19,7 +19,7 @@ import time
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
