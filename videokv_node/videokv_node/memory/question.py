@@ -42,4 +42,4 @@ class Answer:
     evidence: list[Evidence]  # frames whose KV the answer attended to, oldest first
     ttft_s: float  # question start -> first token (or option scores)
     total_s: float
-    n_context_tokens: int  # tokens each layer attended to, sink included
+    n_context_tokens: int  # tokens the question attended to in its largest layer, sink included (layers may differ)
