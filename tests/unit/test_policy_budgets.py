@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -229,3 +230,43 @@ def test_time_window_cites_only_frames_inside_it(tiny_adapter, name):
     answer = e.ask(Question("what happened?", since_ns=since, until_ns=until, max_new_tokens=1))
     stamps = [ev.stamp_ns for ev in answer.evidence]
     assert stamps and all(since <= s <= until for s in stamps)
+
+
+def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
+    """Compression against the guidance prompt and retrieval against the question are SelectKV over
+    cosine scores of each block's representative key (Eqs. 9 and 11), recomputed here from the blocks."""
+    from videokv_node.memory.policies.streamkv import criterion
+    from videokv_node.memory.select_kv import cosine_scores, select_kv
+
+    L = tiny_adapter.geometry.n_layers
+    e = engine(tiny_adapter, "streamkv", 60, 2, 40,
+               streamkv=StreamKVConfig(compression_ratio=0.5, min_segment_frames=4, max_segment_frames=8, retrieve_frames=3))
+    seen: dict[int, list] = {}
+    for f in scene(30, seed=9, scene_len=6):
+        for b in e.ingest([f]):
+            seen[b.block_id] = b
+    segments, current = [], []
+    for b in sorted(seen.values(), key=lambda b: b.order):
+        if b.kind == "summary":
+            segments.append(current)
+            current = []
+        else:
+            current.append(b)
+    assert len(segments) >= 3
+    guidance = e.policy.guidance
+    for frames_ in segments:
+        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])
+        keep = select_kv([cosine_scores(reps[:, l], guidance[l]) for l in range(L)], math.ceil(0.5 * len(frames_)) * L)
+        for l in range(L):
+            assert [i for i, b in enumerate(frames_) if b.layers[l] is not None] == keep[l].tolist()
+
+    question = "where is the red box?"
+    e.ask(Question(question, max_new_tokens=1))
+    query = criterion(e.probe(question), tiny_adapter.geometry.n_kv_heads)
+    candidates = e.candidates(Question(question))
+    pending = {b for ids in e.last_layer_blocks for b in ids} - {b.block_id for b in candidates}
+    ranges = [[b for b in candidates if b.layers[l] is not None] for l in range(L)]
+    picked = select_kv([cosine_scores(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L)
+    for l in range(L):
+        expected = sorted([ranges[l][i].block_id for i in picked[l].tolist()])
+        assert sorted(i for i in e.last_layer_blocks[l] if i not in pending) == expected
