@@ -270,3 +270,34 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
     for l in range(L):
         expected = sorted([ranges[l][i].block_id for i in picked[l].tolist()])
         assert sorted(i for i in e.last_layer_blocks[l] if i not in pending) == expected
+
+
+def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
+    """Stage 1 (top 2k by cosine per granularity) and stage 2 (rerank against the top segments'
+    centroid), recomputed from the blocks' representatives and the question's probe."""
+    from videokv_node.memory.scoring.mukv import semi_hierarchical_rerank
+    from videokv_node.memory.select_kv import cosine_scores
+
+    geo = tiny_adapter.geometry
+    # Strong rerank weights, so that stage 2 changes stage 1's order and the check has teeth.
+    cfg = MuKVConfig(retrieve_patch=3, retrieve_frame=2, retrieve_segment=2, rerank_patch=0.9, rerank_frame=0.9)
+    e = engine(tiny_adapter, "mukv", 200, 2, 0, budget_tokens=100_000, mukv=cfg)
+    for f in scene(24, seed=10):
+        e.ingest([f])
+    question = "what happened first?"
+    e.ask(Question(question, max_new_tokens=1))
+    q = e.probe(question)[-1].float().mean(0).view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)
+    by = {g: [b for b in e.store.blocks() if b.stream == g] for g in ("patch", "frame", "segment")}
+    scores = {g: cosine_scores(torch.stack([b.rep for b in bs]), q) for g, bs in by.items()}
+    reps = {g: torch.stack([b.rep for b in bs]) for g, bs in by.items()}
+    picked = semi_hierarchical_rerank(
+        scores, reps, {g: getattr(cfg, f"retrieve_{g}") for g in by}, {g: getattr(cfg, f"rerank_{g}") for g in by},
+        top_segments=cfg.top_segments, over=cfg.over_retrieval,
+    )
+    for g, bs in by.items():
+        assert sorted(e.policy.last_selection[g]) == sorted(bs[i].block_id for i in picked[g].tolist())
+    # Every kept block's representative is the mean of its kept last-layer pre-RoPE keys.
+    b = by["frame"][3]
+    kv = b.layers[-1]
+    pre = tiny_adapter.rotate_keys(kv.keys, -b.positions[:, kv.index]).float()  # (H, t, D)
+    torch.testing.assert_close(b.rep, pre.transpose(0, 1).reshape(kv.n_tokens, -1).mean(0), rtol=0, atol=1e-5)
