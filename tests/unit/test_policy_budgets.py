@@ -301,3 +301,46 @@ def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
     kv = b.layers[-1]
     pre = tiny_adapter.rotate_keys(kv.keys, -b.positions[:, kv.index]).float()  # (H, t, D)
     torch.testing.assert_close(b.rep, pre.transpose(0, 1).reshape(kv.n_tokens, -1).mean(0), rtol=0, atol=1e-5)
+
+
+def test_tgvkv_keeps_text_first_within_budgets_proportional_to_text_vision_attention(tiny_adapter):
+    """TVB budgets sum to ceil(ratio x entries), TPR keeps every text token while vision is kept, and
+    the kept vision tokens are the top ones by text-weighted attention (checked on the evicted cache)."""
+    from videokv_node.memory.scoring.tgvkv import tv_budgets
+
+    e = engine(tiny_adapter, "full", 200, 2, 0, budget_tokens=100_000, question_stage="tgvkv")
+    e.config.tgvkv.keep_ratio = 0.7  # enough for all text in some layers and part of the video
+    for f in scene(8, seed=11):
+        e.ingest([f])
+    stage = e.question_stage
+    seen = {}
+    original_evict, original_observer = stage.evict, stage.observer
+
+    def observer(sink_len, n_q):
+        observe = original_observer(sink_len, n_q)
+        seen["sink"], seen["nq"] = sink_len, n_q
+        return observe
+
+    def evict(cache):
+        seen["before"] = [int(l.keys.shape[-2]) for l in cache.layers]
+        seen["rows"] = {l: r.clone() for l, r in stage._rows.items()}
+        seen["keys"] = [l.keys.clone() for l in cache.layers]
+        original_evict(cache)
+        seen["after"] = [l.keys.clone() for l in cache.layers]
+
+    stage.observer, stage.evict = observer, evict
+    e.ask(Question("where is the red box?", max_new_tokens=2))
+    s, nq, before = seen["sink"], seen["nq"], seen["before"]
+    budgets = stage.last_budgets
+    assert sum(budgets) == math.ceil(0.7 * sum(before))
+    assert any(n > s + nq for n in budgets) and all(n < b for n, b in zip(budgets, before))
+    tv = torch.tensor([float(seen["rows"][l][:, s : before[l] - nq].sum()) for l in range(len(before))])
+    assert budgets == tv_budgets(tv, sum(budgets), caps=before, floor=[1] * len(before))
+    for l, n in enumerate(budgets):
+        kept = seen["after"][l][0]  # (H, n, D)
+        assert kept.shape[1] == n
+        full = seen["keys"][l][0]
+        text = torch.cat([full[:, :s], full[:, before[l] - nq :]], dim=1)
+        if n > s + nq:  # every prompt and question key survives, in order, around the kept vision keys
+            torch.testing.assert_close(kept[:, :s], text[:, :s], rtol=0, atol=0)
+            torch.testing.assert_close(kept[:, n - nq :], text[:, s:], rtol=0, atol=0)
