@@ -344,3 +344,39 @@ def test_tgvkv_keeps_text_first_within_budgets_proportional_to_text_vision_atten
         if n > s + nq:  # every prompt and question key survives, in order, around the kept vision keys
             torch.testing.assert_close(kept[:, :s], text[:, :s], rtol=0, atol=0)
             torch.testing.assert_close(kept[:, n - nq :], text[:, s:], rtol=0, atol=0)
+
+
+def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tiny_adapter):
+    """Without smoothing, a deep layer keeps exactly its top tokens by the attention the pseudo query
+    pays them (softmax over sink + memory, queries placed at the next position), recomputed here."""
+    geo = tiny_adapter.geometry
+    cfg = HermesConfig(chunk_frames=1, summary_token=False, smoothing_shallow=0.0, smoothing_middle=0.0, smoothing_deep=0.0)
+    e = engine(tiny_adapter, "hermes", 3, 1, 0, hermes=cfg)
+    deep = e.policy.roles.index("deep")
+    captured = {}
+    original = e.policy._compress
+
+    def spy(store, held):
+        if "held" not in captured:
+            captured["held"] = [(b, b.layers[deep]) for b in held if b.layers[deep] is not None]
+            captured["next_pos"] = e.policy._next_pos
+        original(store, held)
+
+    e.policy._compress = spy
+    for f in scene(12, seed=12):
+        e.ingest([f])
+        if "held" in captured:
+            break
+    held, next_pos = captured["held"], captured["next_pos"]
+    # Keys where a question would see them (lazy: their logical positions), after the sink.
+    keys = torch.cat([tiny_adapter.rotate_keys(kv.keys, kv.logical - b.positions[:, kv.index]) for b, kv in held], dim=1)
+    keys = torch.cat([e.sink.keys[deep], keys], dim=1).float()  # (H_kv, S + N, D)
+    q = e.policy.pseudo[deep]  # (n, H_q, D) pre-RoPE
+    q = tiny_adapter.rotate_keys(q.transpose(0, 1), tiny_adapter.text_positions(next_pos, q.shape[0])).float()  # (H_q, n, D)
+    k = keys.repeat_interleave(geo.n_q_heads // geo.n_kv_heads, dim=0)
+    attn = torch.softmax(q @ k.transpose(1, 2) / geo.head_dim**0.5, dim=-1).mean(dim=(0, 1))[e.sink.n_tokens :]
+    ids = [(b.block_id, int(i)) for b, kv in held for i in kv.index]
+    budget = e.config.budget_tokens - e.sink.n_tokens
+    top = {ids[i] for i in torch.sort(attn, descending=True, stable=True).indices[:budget].tolist()}
+    kept = {(b.block_id, int(i)) for b in e.store.blocks() if b.layers[deep] is not None for i in b.layers[deep].index}
+    assert kept == top
