@@ -215,6 +215,73 @@ def test_paper_policy_on_qwen25_vl_over_dds(ros):
         assert resp.success and len(resp.option_scores) == 2
 
 
+def test_memory_survives_sigkill_through_a_snapshot(ros, tmp_path):
+    """Save mid-stream, stream on, SIGKILL (no clean-up), restart: the snapshot is back and the same
+    question gets the same answer, scores and evidence as when the snapshot was taken."""
+    env, ctx = ros
+    params = {
+        "model": "tiny",
+        "image_topics": ["cam_s"],
+        "camera_qos": "reliable",
+        "sample_fps": 0.0,
+        "queue_size": 64,
+        "stats_period_s": 0.2,
+        "memory.policy": "hermes",  # policy state (frame ages, summary tokens) must survive too
+        "memory.budget_tokens": 94 + 32 + 16 * 6,
+        "memory.local_window_tokens": 32,
+        "memory.hermes.chunk_frames": 2,
+        "memory.snapshot_dir": str(tmp_path),
+        "memory.restore_on_start": "robot",
+        "max_new_tokens": 4,
+    }
+    first = NodeProcess(params, env, node_name="videokv_snap")
+    client = MemoryClient(node_name="/videokv_snap", context=ctx, client_name="videokv_snap_client")
+    peer = Node("videokv_snap_peer", context=ctx)
+    try:
+        assert client.wait_ready(timeout=120), first.output()
+        pub = peer.create_publisher(Image, "/cam_s", RELIABLE)
+        wait_subscribed(pub)
+        for i in range(12):
+            pub.publish(image_msg(frame(300 + i), (60 + i) * NS))
+            time.sleep(0.05)
+        client.wait_stats(lambda s: s.frames_ingested == 12 and s.queue_depth == 0, timeout=120)
+        saved = client.save_memory(name="robot")
+        assert saved.success, saved.message
+        assert saved.frames_ingested == 12 and saved.blocks > 0 and saved.bytes > 0
+        assert saved.path == str(tmp_path.resolve() / "robot")
+        before_open = client.ask("What is on the table?")
+        before_mc = client.ask("Which?", options=["a cup", "a box", "a cone"])
+        assert before_open.success and before_mc.success
+        for bad in (dict(name="../outside"), dict(path="/tmp"), dict(name=""), dict(name="a", path="b")):
+            r = client.save_memory(**bad)
+            assert not r.success and r.message, bad
+        r = client.load_memory(name="missing")
+        assert not r.success and r.message
+        for i in range(12, 16):  # the stream goes on after the snapshot...
+            pub.publish(image_msg(frame(300 + i), (60 + i) * NS))
+            time.sleep(0.05)
+        client.wait_stats(lambda s: s.frames_ingested == 16, timeout=120)
+        assert first.kill() == -9  # ... and the node dies without any clean-up
+    finally:
+        peer.destroy_node()
+        client.close()
+        first.kill()
+
+    params["memory.snapshot_on_shutdown"] = "on_exit"
+    with running_node(ros, params, "videokv_snap2") as (proc, client, _):
+        stats = client.wait_stats(lambda s: s.frames_ingested == 12, timeout=60)
+        assert "memory restored from" in proc.output()
+        after_open = client.ask("What is on the table?")
+        after_mc = client.ask("Which?", options=["a cup", "a box", "a cone"])
+        assert after_open.answer == before_open.answer
+        assert list(after_open.evidence_stamps) == list(before_open.evidence_stamps)
+        assert list(after_mc.option_scores) == list(before_mc.option_scores)
+        assert stats.frames_in_memory > 0 and stats.tokens_resident <= stats.budget_tokens
+    # A clean shutdown wrote its snapshot, complete (the manifest is written last, then the rename).
+    assert (tmp_path / "on_exit" / "manifest.json").is_file() and (tmp_path / "on_exit" / "kv.safetensors").is_file()
+    assert not list(tmp_path.glob(".*"))  # no temporary directory left behind
+
+
 def test_memory_stays_bounded_under_a_high_rate_stream(ros):
     """2000 frames in a burst: each is ingested or dropped (counted) at the node's queue; memory stays capped."""
     budget = 94 + 32 + 16 * 4  # sink + window + four frames of 16 tokens

@@ -380,3 +380,11 @@ def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tin
     top = {ids[i] for i in torch.sort(attn, descending=True, stable=True).indices[:budget].tolist()}
     kept = {(b.block_id, int(i)) for b in e.store.blocks() if b.layers[deep] is not None for i in b.layers[deep].index}
     assert kept == top
+
+
+def test_hermes_bookkeeping_stays_bounded_on_a_long_stream(tiny_adapter):
+    e = engine(tiny_adapter, "hermes", 3, 1, 0, hermes=HermesConfig(chunk_frames=2))
+    for f in scene(80, seed=13):
+        e.ingest([f])
+    assert set(e.policy._frame_of) <= {b.block_id for b in e.store.blocks()}
+    assert len(e.policy._frame_of) <= len(e.store)

@@ -14,7 +14,7 @@ entries (sink included), i.e. exactly its bytes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -68,14 +68,15 @@ class BlockStore:
     def entry_bytes(self, n_entries: int) -> int:
         return n_entries * self.geometry.bytes_per_token // self.geometry.n_layers
 
-    def layer_kv(self, block: FrameBlock, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layer's (H, t, D) kept K and V of a block, on the model's device."""
+    def layer_kv(self, block: FrameBlock, layer: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's (H, t, D) kept K and V of a block: a resident block's own tensors, an offloaded
+        block's gathered from the arena onto ``device`` (default: the model's)."""
         kv = block.layers[layer]
         if kv is None:
             raise KeyError(f"block {block.block_id} keeps nothing in layer {layer}")
         if block.tier is Tier.RESIDENT:
             return kv.keys, kv.values
-        return self.arena.load(kv.pages, kv.n_tokens, self.device)
+        return self.arena.load(kv.pages, kv.n_tokens, device or self.device)
 
     # --- mutations --------------------------------------------------------
     def add(self, block: FrameBlock) -> None:
@@ -86,6 +87,50 @@ class BlockStore:
             raise ValueError("block ids must increase in creation order")
         self._blocks[block.block_id] = block
         self.resident_entries += block.entries
+
+    def restore(
+        self,
+        blocks: list[FrameBlock],
+        offload_victim: Callable[["BlockStore"], FrameBlock],
+        evicted_blocks: int,
+        evicted_entries: int,
+    ) -> None:
+        """Fill an empty store with blocks read from a snapshot, each in its tier, and set the
+        lifetime eviction counts to the snapshot's.
+
+        A resident block comes with its K/V on the model's device; an offloaded one with its
+        K/V staged in ``keys``/``values`` on the host, copied here into arena pages (then
+        dropped, so the tier invariant holds once the block is in). When the arena cannot hold
+        them all (a smaller ``offload_bytes`` than the snapshot's), ``offload_victim(store)``
+        picks the offloaded blocks dropped to make room, counted as evictions, as a stream
+        would have; a block the arena could never hold is evicted. The resident budget is
+        the engine's to enforce afterwards.
+        """
+        if self._blocks:
+            raise ValueError("restore needs an empty store: clear() it first")
+        ids = [b.block_id for b in blocks]
+        if ids != sorted(set(ids)) or any(b.is_empty for b in blocks):
+            raise ValueError("restored blocks must be non-empty, with increasing ids")
+        self.evicted_blocks, self.evicted_entries = evicted_blocks, evicted_entries
+        for block in blocks:
+            if block.tier is Tier.RESIDENT:
+                self._blocks[block.block_id] = block
+                self.resident_entries += block.entries
+                continue
+            staged = [kv for kv in block.layers if kv is not None]
+            if not self.can_offload(block):
+                self.evicted_blocks += 1
+                self.evicted_entries += block.entries
+                for kv in staged:
+                    kv.keys = kv.values = None
+                continue
+            while not self.arena_has_room(block):
+                self.evict(offload_victim(self))
+            for kv in staged:
+                kv.pages = self.arena.store(kv.keys, kv.values)
+                kv.keys = kv.values = None
+            self._blocks[block.block_id] = block
+            self.offloaded_entries += block.entries
 
     def keep(self, block: FrameBlock, layer: int, keep: torch.Tensor | None) -> None:
         """Compress: keep only the tokens at positions ``keep`` (ascending, into the layer's

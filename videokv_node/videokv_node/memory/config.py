@@ -155,6 +155,9 @@ class MemoryConfig:
     retrieve_frames: int = 8  # rekv: frame blocks retrieved per layer for a question (besides the recent ones)
     page_tokens: int = 4  # host arena allocation unit, in tokens: divides 196 (LLaVA-OV) and 16 (tiny) exactly
     max_question_tokens: int = 512  # longer questions are refused
+    snapshot_dir: str = ""  # where ~/save_memory and ~/load_memory read and write; "" = snapshots disabled
+    snapshot_on_shutdown: str = ""  # snapshot name written when the node shuts down cleanly; "" = none
+    restore_on_start: str = ""  # snapshot name loaded at start if it exists; "" = start empty
     streamkv: StreamKVConfig = field(default_factory=StreamKVConfig)
     hermes: HermesConfig = field(default_factory=HermesConfig)
     mukv: MuKVConfig = field(default_factory=MuKVConfig)
@@ -172,6 +175,8 @@ class MemoryConfig:
             raise ConfigError(f"memory.offload_bytes must be >= 0, got {self.offload_bytes}")
         if self.retrieve_frames < 0:
             raise ConfigError(f"memory.retrieve_frames must be >= 0, got {self.retrieve_frames}")
+        if (self.snapshot_on_shutdown or self.restore_on_start) and not self.snapshot_dir:
+            raise ConfigError("memory.snapshot_on_shutdown and memory.restore_on_start need memory.snapshot_dir")
         if self.local_window_tokens >= self.budget_tokens:
             raise ConfigError(
                 f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -33,6 +34,7 @@ from videokv_node.memory.retrieval_cache import (
     placed_cache,
     top_k_blocks,
 )
+from videokv_node.memory.snapshot import SnapshotInfo, load_snapshot, save_snapshot
 from videokv_node.memory.stats import EngineStats, LatencyWindow
 from videokv_node.models.adapter import VideoLLMAdapter
 
@@ -44,7 +46,8 @@ class VideoMemoryEngine:
     exceeds ``budget_tokens`` tokens' worth (``budget_tokens x n_layers``
     entries) after ``ingest`` returns, offloaded bytes never exceed
     ``offload_bytes``, and every block that leaves memory is counted in
-    ``frames_evicted``. A refused question (``RequestError``) changes nothing.
+    ``frames_evicted``. A refused question (``RequestError``) changes nothing, and
+    so does a refused snapshot (``SnapshotError``, ``load``).
     """
 
     def __init__(self, adapter: VideoLLMAdapter, memory: MemoryConfig, generation: GenerationConfig) -> None:
@@ -352,6 +355,66 @@ class VideoMemoryEngine:
             self.policy.reset()
         self._ingest_ms.clear()
         self._stats = self._snapshot()
+
+    # --- snapshots (memory/snapshot.py) -------------------------------------
+    @property
+    def next_block_id(self) -> int:
+        """The id the next block will get (ids only increase, across snapshots too)."""
+        return self._next_block_id
+
+    @property
+    def frames_ingested(self) -> int:
+        return self._ingested
+
+    def save(self, path: str | Path) -> SnapshotInfo:
+        """Write the whole memory to the snapshot directory ``path`` (see ``snapshot.save_snapshot``)."""
+        return save_snapshot(self, Path(path))
+
+    def load(self, path: str | Path) -> SnapshotInfo:
+        """Replace the whole memory by the snapshot at ``path``, or raise SnapshotError and change nothing."""
+        return load_snapshot(self, Path(path))
+
+    def replace_memory(
+        self,
+        blocks: list[FrameBlock],
+        next_block_id: int,
+        frames_ingested: int,
+        evicted_blocks: int,
+        evicted_entries: int,
+        policy_meta: dict,
+        policy_tensors: dict[str, torch.Tensor],
+    ) -> None:
+        """Replace every block, the counters and the policy's state (``snapshot.load_snapshot`` calls it).
+
+        ``blocks`` (creation order) are built but not in any store: resident ones with their K/V
+        on the device, offloaded ones with theirs staged on the host (``BlockStore.restore``).
+        The policy validates its state first: a state that does not fit raises (ValueError,
+        KeyError, TypeError, IndexError) with nothing changed. Then the memory is swapped and
+        the current caps enforced as after an ingest: the policy's own (``after_restore``),
+        then the resident budget and the host arena, the policy choosing the victims and
+        every eviction counted. Nothing there is expected to fail; should it (a bug, host
+        memory exhausted), the memory is left empty rather than half restored.
+        """
+        by_id = {b.block_id: b for b in blocks}
+        if by_id and next_block_id <= max(by_id):
+            raise ValueError(f"next block id {next_block_id} is not after the last block {max(by_id)}")
+        self.policy.load_state(policy_meta, policy_tensors, by_id)
+        try:
+            with self._lock:
+                self.store.clear()
+                self.store.restore(blocks, self.policy.offload_victim, evicted_blocks, evicted_entries)
+                self._next_block_id, self._ingested = next_block_id, frames_ingested
+                self.policy.after_restore(self.store)
+                self._enforce_caps()
+        except BaseException:
+            with self._lock:
+                self.store.clear()
+                self.policy.reset()
+            raise
+        finally:
+            self._ingest_ms.clear()
+            self.last_layer_blocks, self._context_len, self.last_logits = [], 0, None
+            self._stats = self._snapshot()
 
     def close(self) -> None:
         """Release device and host memory."""

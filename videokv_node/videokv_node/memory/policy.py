@@ -95,6 +95,29 @@ class MemoryPolicy(ABC):
     def reset(self) -> None:
         """Forget per-stream state (open segments, counters) on a memory reset."""
 
+    # --- snapshots (memory/snapshot.py) ---------------------------------------
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """The per-stream state a restart must get back, as a JSON-able dict and named tensors.
+
+        Only what ``reset`` would forget (open segments, ages, counters): what ``__init__``
+        and ``setup`` derive from the config and the model is rebuilt, never saved. Tensor
+        names are the policy's own; the snapshot prefixes them with ``policy/``. Default: none.
+        """
+        return {}, {}
+
+    def load_state(self, meta: dict, tensors: dict[str, torch.Tensor], blocks: dict[int, FrameBlock]) -> None:
+        """Replace the per-stream state by one ``state`` returned (block ids resolve through ``blocks``,
+        the restored blocks by id, which the store does not hold yet).
+
+        Validates everything before changing anything: on a state that does not fit this
+        policy's config it raises ``SnapshotError`` (or ``ValueError``/``KeyError`` for a
+        malformed one) and the policy is unchanged. Default: nothing to restore.
+        """
+
+    def after_restore(self, store: BlockStore) -> None:
+        """Called once restored blocks are in the store, before the engine's caps are enforced:
+        a policy with caps of its own (HERMES' per-layer budget) applies them here. Default: nothing."""
+
     # --- encoding -----------------------------------------------------------
     def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
         """What to encode now that ``unit`` (one frame) arrived: by default that frame, alone."""

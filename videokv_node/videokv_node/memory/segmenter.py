@@ -179,6 +179,53 @@ class SemanticSegmenter:
         self._members, self._sims = [], []
         self._last_frame, self._last_id, self._shape = None, None, None
 
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """The open segment, for a snapshot: JSON-able dict + tensors (``features`` (n, T, D) of the
+        members, ``last_frame`` (T, D) when set). ``load_state`` of it gives a segmenter whose
+        every future ``push`` and ``flush`` returns what this one's would."""
+        meta = {
+            "members": [{"item_ids": list(m.item_ids), "weight": m.weight} for m in self._members],
+            "similarities": list(self._sims),  # floats: JSON keeps a float's repr, so they round-trip exactly
+            "last_id": self._last_id,
+            "shape": list(self._shape) if self._shape is not None else None,
+        }
+        tensors = {}
+        if self._members:
+            tensors["features"] = torch.stack([m.feature for m in self._members])  # (n, T, D)
+        if self._last_frame is not None:
+            tensors["last_frame"] = self._last_frame
+        return meta, tensors
+
+    def load_state(self, meta: dict, tensors: dict[str, torch.Tensor]) -> None:
+        """Replace the whole state by one ``state`` returned; raises ValueError, changing nothing,
+        on a state that breaks an invariant or this config (more members than ``max_frames``)."""
+        members_meta = meta["members"]
+        sims = [float(x) for x in meta["similarities"]]
+        last_id = None if meta["last_id"] is None else int(meta["last_id"])
+        shape = None if meta["shape"] is None else tuple(int(x) for x in meta["shape"])
+        features = tensors.get("features")
+        last_frame = tensors.get("last_frame")
+        n = len(members_meta)
+        if n > self.config.max_frames:
+            raise ValueError(f"the open segment has {n} members, more than segmenter.max_frames ({self.config.max_frames})")
+        if len(sims) != max(n - 1, 0):
+            raise ValueError(f"the open segment has {n} members but {len(sims)} adjacent similarities")
+        if n and (features is None or tuple(features.shape) != (n, *shape)):
+            raise ValueError(f"the open segment's features are {None if features is None else tuple(features.shape)}, want ({n}, {shape})")
+        if last_frame is not None and tuple(last_frame.shape) != shape:
+            raise ValueError(f"the last frame is {tuple(last_frame.shape)}, want {shape}")
+        members, ids = [], []
+        for i, m in enumerate(members_meta):
+            item_ids = [int(x) for x in m["item_ids"]]
+            if not item_ids or int(m["weight"]) != len(item_ids):
+                raise ValueError(f"open segment member {i}: weight {m['weight']} for {len(item_ids)} frames")
+            members.append(Member(item_ids, features[i].clone(), len(item_ids)))
+            ids += item_ids
+        if ids != sorted(set(ids)) or (ids and (last_id is None or ids[-1] > last_id)):
+            raise ValueError(f"the open segment's frame ids {ids} do not increase up to the last id {last_id}")
+        self._members, self._sims = members, sims
+        self._last_frame, self._last_id, self._shape = last_frame, last_id, shape
+
     def _close(self) -> Segment:
         segment = Segment(self._members)
         self._members, self._sims = [], []

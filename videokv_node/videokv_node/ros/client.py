@@ -15,13 +15,14 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 from videokv_interfaces.msg import MemoryStats
-from videokv_interfaces.srv import AskVideo
+from videokv_interfaces.srv import AskVideo, LoadMemory, SaveMemory
 
 from videokv_node.ros.conversions import ns_to_time
 
 
 class MemoryClient:
-    """Calls ``<node>/ask`` and ``<node>/reset`` and watches ``<node>/memory_stats``."""
+    """Calls ``<node>/ask``, ``<node>/reset``, ``<node>/save_memory`` and ``<node>/load_memory``
+    and watches ``<node>/memory_stats``."""
 
     def __init__(
         self, node_name: str = "/videokv", context=None, client_name: str = "videokv_client", history: int = 10_000
@@ -29,6 +30,8 @@ class MemoryClient:
         self.node = Node(client_name, context=context)
         self._ask = self.node.create_client(AskVideo, f"{node_name}/ask")
         self._reset = self.node.create_client(Trigger, f"{node_name}/reset")
+        self._save = self.node.create_client(SaveMemory, f"{node_name}/save_memory")
+        self._load = self.node.create_client(LoadMemory, f"{node_name}/load_memory")
         self._stats: MemoryStats | None = None
         self.history: deque[MemoryStats] = deque(maxlen=history)  # every stats message, newest last
         self._stats_cond = threading.Condition()
@@ -74,6 +77,16 @@ class MemoryClient:
 
     def reset(self, timeout: float = 60.0):
         return self._call(self._reset, Trigger.Request(), timeout)
+
+    def save_memory(self, name: str = "", path: str = "", timeout: float = 120.0):
+        req = SaveMemory.Request()
+        req.name, req.path = name, path
+        return self._call(self._save, req, timeout)
+
+    def load_memory(self, name: str = "", path: str = "", timeout: float = 120.0):
+        req = LoadMemory.Request()
+        req.name, req.path = name, path
+        return self._call(self._load, req, timeout)
 
     def _call(self, client, request, timeout: float):
         future = client.call_async(request)

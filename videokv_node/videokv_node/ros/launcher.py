@@ -48,6 +48,14 @@ class NodeProcess:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def kill(self) -> int:
+        """SIGKILL: the node gets no chance to clean up (a crash or power loss, for tests)."""
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
     def stop(self, timeout: float = 20.0) -> int:
         if self.alive():
             self.proc.send_signal(signal.SIGINT)

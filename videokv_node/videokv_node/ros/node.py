@@ -23,12 +23,13 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qo
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 from videokv_interfaces.msg import MemoryStats
-from videokv_interfaces.srv import AskVideo
+from videokv_interfaces.srv import AskVideo, LoadMemory, SaveMemory
 
 from videokv_node.ingest.image_decode import ImageDecodeError
 from videokv_node.ingest.sampler import FrameSampler, SampleDecision
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.snapshot import SnapshotError, load_snapshot, resolve_snapshot_path, save_snapshot
 from videokv_node.memory.question import Frame, RequestError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
@@ -44,7 +45,8 @@ WARN_THROTTLE_S = 5.0
 
 
 class VideoKVNode(Node):
-    """Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask`` and ``~/reset``."""
+    """Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask``, ``~/reset``,
+    ``~/save_memory`` and ``~/load_memory``."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("videokv", **kwargs)
@@ -60,6 +62,7 @@ class VideoKVNode(Node):
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error
         )
         self.sampler = FrameSampler(self.settings.sampler)
+        self._restore_on_start()
         self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
         self._lock = threading.Lock()
 
@@ -83,6 +86,8 @@ class VideoKVNode(Node):
         service_group = ReentrantCallbackGroup()
         self.create_service(AskVideo, "~/ask", self.ask_callback, callback_group=service_group)
         self.create_service(Trigger, "~/reset", self.reset_callback, callback_group=service_group)
+        self.create_service(SaveMemory, "~/save_memory", self.save_callback, callback_group=service_group)
+        self.create_service(LoadMemory, "~/load_memory", self.load_callback, callback_group=service_group)
         self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
         self.create_timer(s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup())
         mem = self.settings.memory
@@ -153,6 +158,72 @@ class VideoKVNode(Node):
         response.success, response.message = True, "memory cleared"
         return response
 
+    def save_callback(self, request, response):
+        """Write the memory to a snapshot inside memory.snapshot_dir, between two frames."""
+        try:
+            target = resolve_snapshot_path(self.settings.memory.snapshot_dir, request.name, request.path)
+            info = self.worker.call(lambda: save_snapshot(self.engine, target)).result(
+                timeout=self.settings.node.question_timeout_s
+            )
+        except (SnapshotError, WorkerBusy, WorkerStopped, FutureTimeout, OSError) as exc:
+            response.success, response.message = False, f"memory not saved: {exc or 'timeout'}"
+            return response
+        self.get_logger().info(f"memory saved to {info.path} ({info.blocks} blocks, {info.bytes} bytes)")
+        response.success, response.message = True, f"saved {info.blocks} blocks"
+        response.path, response.blocks, response.frames_ingested, response.bytes = str(info.path), info.blocks, info.frames_ingested, info.bytes
+        return response
+
+    def load_callback(self, request, response):
+        """Replace the memory with a snapshot; a refused snapshot leaves the memory as it was."""
+        try:
+            target = resolve_snapshot_path(self.settings.memory.snapshot_dir, request.name, request.path)
+            info = self.worker.call(lambda: self._load(target)).result(timeout=self.settings.node.question_timeout_s)
+        except (SnapshotError, WorkerBusy, WorkerStopped, FutureTimeout, OSError) as exc:
+            response.success, response.message = False, f"memory not loaded: {exc or 'timeout'}"
+            return response
+        self.get_logger().info(f"memory loaded from {info.path} ({info.blocks} blocks)")
+        response.success, response.message = True, f"loaded {info.blocks} blocks"
+        response.path, response.blocks, response.frames_ingested = str(info.path), info.blocks, info.frames_ingested
+        return response
+
+    def _load(self, target):
+        """On the worker thread: load, then let frames newer than the snapshot's be sampled again."""
+        info = load_snapshot(self.engine, target)
+        self.sampler.reset()
+        return info
+
+    def _restore_on_start(self) -> None:
+        """Load ``memory.restore_on_start`` if it exists; a missing or refused snapshot starts empty, logged."""
+        mem = self.settings.memory
+        if not mem.restore_on_start:
+            return
+        log = self.get_logger()
+        try:
+            target = resolve_snapshot_path(mem.snapshot_dir, name=mem.restore_on_start)
+            if not target.exists():
+                leftovers = sorted(p.name for p in target.parent.glob(f".{target.name}.*"))
+                if leftovers:  # a save was interrupted between its two renames: a complete copy is there
+                    log.error(f"snapshot {target} is missing but an interrupted save left {leftovers}: "
+                              f"rename the complete one to {target.name} to restore it; starting with an empty memory")
+                else:
+                    log.info(f"no snapshot {target} yet: starting with an empty memory")
+                return
+            info = load_snapshot(self.engine, target)
+        except (SnapshotError, OSError) as exc:
+            log.error(f"snapshot {mem.restore_on_start!r} not restored, starting with an empty memory: {exc}")
+            return
+        log.info(f"memory restored from {info.path}: {info.blocks} blocks, {info.frames_ingested} frames ingested")
+
+    def _snapshot_on_shutdown(self) -> None:
+        mem = self.settings.memory
+        if not mem.snapshot_on_shutdown:
+            return
+        try:
+            info = save_snapshot(self.engine, resolve_snapshot_path(mem.snapshot_dir, name=mem.snapshot_on_shutdown))
+            self.get_logger().info(f"memory saved to {info.path} on shutdown ({info.blocks} blocks)")
+        except (SnapshotError, OSError) as exc:
+            self.get_logger().error(f"memory not saved on shutdown: {exc}")
+
     def stats_callback(self) -> None:
         """Publish ~/memory_stats (node clock, so it follows use_sim_time)."""
         msg = MemoryStats()
@@ -186,8 +257,9 @@ class VideoKVNode(Node):
         self.get_logger().warn(message, throttle_duration_sec=WARN_THROTTLE_S)
 
     def destroy_node(self) -> None:
-        """Join the worker and release device memory before the node goes."""
+        """Join the worker, snapshot the memory if configured, and release device memory before the node goes."""
         self.worker.stop()
+        self._snapshot_on_shutdown()  # the worker has stopped: nothing else touches the engine
         self.engine.close()
         super().destroy_node()
 

@@ -93,6 +93,10 @@ class ModelWorker:
 
         return self._submit(_reset)
 
+    def call(self, run: Callable[[], Any]) -> Future:
+        """Run ``run()`` on the worker thread, in order with questions (snapshots of the engine)."""
+        return self._submit(run)
+
     def _submit(self, run: Callable[[], Any]) -> Future:
         future: Future = Future()
         with self._cond:

@@ -97,6 +97,50 @@ class HermesPolicy(MemoryPolicy):
         self.summary = None
         self._summary_count = [0] * self.n_layers
 
+    # --- snapshots ------------------------------------------------------------
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """Frame count and ages (of the blocks held: an evicted block's age is never read again),
+        where the stream continues, the summary token (its block id and per-layer fold counts)
+        and the counters. The summary's K/V are a block's, saved with the blocks."""
+        held = {b.block_id for b in self.engine.store.blocks()}
+        meta = {
+            "frames": self._frames,
+            "frame_of": [[block_id, frame] for block_id, frame in self._frame_of.items() if block_id in held],
+            "next_pos": self._next_pos,
+            "summary_block": self.summary.block_id if self.summary is not None and self.summary in self.engine.store else None,
+            "summary_count": list(self._summary_count),
+            "reindexed": self.reindexed,
+            "compressions": self.compressions,
+        }
+        return meta, {}
+
+    def load_state(self, meta, tensors, blocks) -> None:
+        frame_of = {int(block_id): int(frame) for block_id, frame in meta["frame_of"]}
+        counts = [int(c) for c in meta["summary_count"]]
+        if len(counts) != self.n_layers:
+            raise ValueError(f"summary counts for {len(counts)} layers, the model has {self.n_layers}")
+        summary = None
+        if meta["summary_block"] is not None:
+            summary = blocks[int(meta["summary_block"])]
+            deep = [l for l, role in enumerate(self.roles) if role == "deep"]
+            held = [l for l, kv in enumerate(summary.layers) if kv is not None]
+            if summary.kind != "summary" or held != deep:
+                raise ValueError(
+                    f"the summary token (block {summary.block_id}) is in layers {held}, but memory.hermes makes "
+                    f"layers {deep} the deep ones"
+                )
+        ageless = [i for i, b in blocks.items() if b.kind != "summary" and i not in frame_of]
+        if ageless:
+            raise ValueError(f"blocks {ageless} have no frame index (their age)")
+        next_pos = None if meta["next_pos"] is None else int(meta["next_pos"])
+        self._frames, self._frame_of, self._next_pos = int(meta["frames"]), frame_of, next_pos
+        self.summary, self._summary_count = summary, counts
+        self.reindexed, self.compressions = int(meta["reindexed"]), int(meta["compressions"])
+
+    def after_restore(self, store: BlockStore) -> None:
+        """A smaller ``budget_tokens`` than the snapshot's: compress every layer to it, as after a chunk."""
+        self._enforce_layer_budget(store)
+
     # --- placement ------------------------------------------------------------
     def layout(self, sink_len, per_layer):
         if self.cfg.reindex == "eager":
@@ -113,11 +157,17 @@ class HermesPolicy(MemoryPolicy):
             self._frame_of[block.block_id] = self._frames
             self._frames += 1
             self._next_pos = max(self._next_pos or 0, int(block.positions.max()) + 1)
+        self._enforce_layer_budget(store)
+        if self.cfg.reindex == "lazy" and self._next_pos > self.cfg.reindex_at * self.adapter.max_positions:
+            self._reindex(store)
+
+    def _enforce_layer_budget(self, store: BlockStore) -> None:
+        """Once a layer holds more than its budget, compress every layer (one compression per chunk)."""
         held = [b for b in store.blocks(Tier.RESIDENT) if b is not self.summary]
         if any(sum(b.layer_tokens(l) for b in held) > self._regular_budget(l) for l in range(self.n_layers)):
             self._compress(store, sorted(held, key=lambda b: b.order))
-        if self.cfg.reindex == "lazy" and self._next_pos > self.cfg.reindex_at * self.adapter.max_positions:
-            self._reindex(store)
+            # Forget the ages of blocks compressed away in every layer: a days-long stream must not grow this.
+            self._frame_of = {b.block_id: self._frame_of[b.block_id] for b in store.blocks() if b.block_id in self._frame_of}
 
     def _regular_budget(self, layer: int) -> int:
         """Tokens a layer keeps besides its summary token."""

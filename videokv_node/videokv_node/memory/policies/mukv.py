@@ -67,6 +67,32 @@ class MuKVPolicy(MemoryPolicy):
     def reset(self) -> None:
         self._segment.clear()
 
+    # --- snapshots ------------------------------------------------------------
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """The partial segment: the frames waiting for a segment block (their features, offsets,
+        cameras and stamps). Patch and frame blocks of those frames are already in the store."""
+        meta = {"segment": [{"camera": u.camera, "stamp_ns": u.stamp_ns} for u in self._segment]}
+        tensors = {}
+        if self._segment:
+            tensors["segment/feat"] = torch.stack([u.feat for u in self._segment])  # (n, T, hidden)
+            tensors["segment/offsets"] = torch.stack([u.offsets for u in self._segment])  # (n, P, T)
+        return meta, tensors
+
+    def load_state(self, meta, tensors, blocks) -> None:
+        frames = meta["segment"]
+        n = len(frames)
+        if n and ("segment" not in self.cfg.granularities or n >= self.cfg.segment_frames):
+            raise ValueError(
+                f"the partial segment holds {n} frames, which memory.mukv (granularities {list(self.cfg.granularities)}, "
+                f"segment_frames {self.cfg.segment_frames}) would never complete"
+            )
+        feats, offsets = tensors.get("segment/feat"), tensors.get("segment/offsets")
+        if n and (feats is None or offsets is None or feats.shape[0] != n or offsets.shape[0] != n):
+            raise ValueError(f"the partial segment's {n} frames lack their features or offsets")
+        self._segment = [
+            Unit(feats[i].clone(), offsets[i].cpu().clone(), str(f["camera"]), int(f["stamp_ns"])) for i, f in enumerate(frames)
+        ]
+
     # --- encoding -----------------------------------------------------------
     def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
         jobs = []

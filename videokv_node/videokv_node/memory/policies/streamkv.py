@@ -46,6 +46,7 @@ from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_within
 from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.select_kv import cosine_scores, select_kv
+from videokv_node.memory.snapshot import dtype_from_name, dtype_name
 
 
 def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
@@ -86,6 +87,44 @@ class StreamKVPolicy(MemoryPolicy):
     def reset(self) -> None:
         self.segmenter.reset()
         self._meta.clear()
+
+    # --- snapshots ------------------------------------------------------------
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """The open segment (the segmenter's state and each waiting frame's camera and stamp),
+        the frames' token offsets and feature dtype, and the next item id."""
+        seg_meta, seg_tensors = self.segmenter.state()
+        meta = {
+            "segmenter": seg_meta,
+            "frames": [[item, camera, stamp] for item, (camera, stamp) in self._meta.items()],
+            "feature_dtype": dtype_name(self._dtype),
+            "next_item": self._next_item,
+        }
+        tensors = {f"segmenter/{name}": t for name, t in seg_tensors.items()}
+        if self._offsets is not None:
+            tensors["offsets"] = self._offsets  # (P, T)
+        return meta, tensors
+
+    def load_state(self, meta, tensors, blocks) -> None:
+        frames = {int(item): (str(camera), int(stamp)) for item, camera, stamp in meta["frames"]}
+        dtype = dtype_from_name(meta["feature_dtype"])
+        next_item = int(meta["next_item"])
+        offsets = tensors.get("offsets")
+        pending = [int(i) for m in meta["segmenter"]["members"] for i in m["item_ids"]]
+        if set(pending) != set(frames) or any(i >= next_item for i in pending):
+            raise ValueError(f"open segment frames {pending} do not match their stamps {sorted(frames)} (next item {next_item})")
+        n_members = len(meta["segmenter"]["members"])
+        if n_members > self.cfg.max_segment_frames:
+            raise ValueError(
+                f"the open segment has {n_members} members, more than memory.streamkv.max_segment_frames "
+                f"({self.cfg.max_segment_frames})"
+            )
+        if pending and offsets is None:
+            raise ValueError("an open segment without its frames' token offsets")
+        seg_tensors = {name.removeprefix("segmenter/"): t for name, t in tensors.items() if name.startswith("segmenter/")}
+        self.segmenter.load_state(meta["segmenter"], seg_tensors)  # validates, then assigns; nothing below can fail
+        self._meta = frames
+        self._offsets = None if offsets is None else offsets.cpu()  # positions live on the host
+        self._dtype, self._next_item = dtype, next_item
 
     # --- encoding -----------------------------------------------------------
     def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
