@@ -72,3 +72,16 @@ def block_keys(block) -> torch.Tensor:
 
 def block_values(block) -> torch.Tensor:
     return torch.stack([kv.values for kv in block.layers])
+
+
+def scene(n: int, seed: int = 0, scene_len: int = 4) -> list[Frame]:
+    """Frames of a few 'scenes': near-identical 8x8 frames inside one, so segmenters see real boundaries;
+    one camera, frame i stamped (i + 1) s."""
+    rng = np.random.default_rng(seed)
+    frames, base = [], None
+    for i in range(n):
+        if i % scene_len == 0:
+            base = rng.integers(0, 256, (8, 8, 3)).astype(np.int16)
+        img = np.clip(base + rng.integers(-3, 4, (8, 8, 3)), 0, 255).astype(np.uint8)
+        frames.append(Frame("/cam", (i + 1) * 10**9, img))
+    return frames

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from videokv_node.memory import ConfigError, Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from tests.unit.helpers import scene
+from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.block import Tier
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
 
@@ -30,16 +30,6 @@ POLICY_CONFIGS = {
 }
 
 
-def scene(n: int, seed: int, scene_len: int = 4) -> list[Frame]:
-    """Frames of a few 'scenes': near-identical frames inside one, so segmenters see real boundaries."""
-    rng = np.random.default_rng(seed)
-    frames, base = [], None
-    for i in range(n):
-        if i % scene_len == 0:
-            base = rng.integers(0, 256, (8, 8, 3)).astype(np.int16)
-        img = np.clip(base + rng.integers(-3, 4, (8, 8, 3)), 0, 255).astype(np.uint8)
-        frames.append(Frame("/cam", (i + 1) * 10**9, img))
-    return frames
 
 
 def engine(adapter, name: str, budget_frames: int, window_frames: int, offload_frames: int, stage: str = "none", **over):

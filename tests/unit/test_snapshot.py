@@ -13,11 +13,11 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
 
+from tests.unit.helpers import scene as scene_frames
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory import snapshot as snapshot_mod
 from videokv_node.memory.block import Tier
@@ -37,14 +37,7 @@ CHOICE = Question("which colour?", options=["red", "green", "blue"])
 
 def scene(n: int, seed: int = 0, scene_len: int = 5) -> list[Frame]:
     """Scenes of near-identical frames, so StreamKV's segmenter sees boundaries (and merges inside)."""
-    rng = np.random.default_rng(seed)
-    frames, base = [], None
-    for i in range(n):
-        if i % scene_len == 0:
-            base = rng.integers(0, 256, (8, 8, 3)).astype(np.int16)
-        img = np.clip(base + rng.integers(-3, 4, (8, 8, 3)), 0, 255).astype(np.uint8)
-        frames.append(Frame("/cam", (i + 1) * 10**9, img))
-    return frames
+    return scene_frames(n, seed, scene_len)
 
 
 def engine(adapter, policy: str, budget_frames: int = 2, offload_frames: int = 3, window_frames: int = 1, **over):
