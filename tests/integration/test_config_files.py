@@ -166,3 +166,18 @@ def test_installed_share_directory_has_launch_and_config():
     share = Path(get_package_share_directory("videokv_node"))
     assert (share / "launch" / "memory.launch.py").is_file()
     assert (share / "config" / "memory.yaml").is_file()
+
+
+def test_only_the_runtime_parameters_are_writable(monkeypatch):
+    """Descriptors: RUNTIME writable (and say so), every other parameter read-only; the yaml header names RUNTIME."""
+    from videokv_node.ros.params import RUNTIME
+
+    with params_node(monkeypatch) as node:
+        declare_and_read(node)
+        descriptors = {name: node.describe_parameter(name) for name in parameter_table()}
+    assert RUNTIME <= set(descriptors)
+    for name, d in descriptors.items():
+        assert d.read_only is (name not in RUNTIME), name
+        assert d.description.endswith("(writable at run time)" if name in RUNTIME else "needs a restart)"), name
+    header = YAML.read_text().split("/**:")[0]
+    assert all(name in header for name in RUNTIME)

@@ -133,6 +133,11 @@ class FrameSampler:
         self._lock = threading.Lock()
         self._cameras: dict[str, _CameraState] = {}
 
+    def set_config(self, config: SamplerConfig) -> None:
+        """Use ``config`` from the next ``offer`` on (a run-time parameter change); cameras keep their history."""
+        with self._lock:
+            self.config = config
+
     def offer(self, camera: str, stamp_ns: int) -> SampleDecision:
         """Decide about a frame of ``camera`` stamped ``stamp_ns`` (integer ns; floats refused)."""
         stamp_ns = operator.index(stamp_ns)  # a float stamp would lose ns precision after ~104 days

@@ -13,6 +13,7 @@ from any thread. The flow, ReKV's, with the policy deciding at each step:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -59,12 +60,7 @@ class VideoMemoryEngine:
         offload = memory.offload_bytes if self.policy.uses_offload else 0
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
         self.sink = self._encode_sink()
-        need = self.sink.n_tokens + memory.local_window_tokens + adapter.tokens_per_frame
-        if memory.budget_tokens < need:
-            raise ConfigError(
-                f"memory.budget_tokens ({memory.budget_tokens}) must hold the prompt sink ({self.sink.n_tokens}), "
-                f"the local window ({memory.local_window_tokens}) and one frame ({adapter.tokens_per_frame}): >= {need}"
-            )
+        self.check_budget(memory)
         self._next_block_id = 0
         self._ingested = 0
         self._ingest_ms = LatencyWindow()
@@ -73,6 +69,42 @@ class VideoMemoryEngine:
         self._context_len = 0  # largest per-layer context (sink included) of the last question
         self.last_logits: torch.Tensor | None = None
         self.policy.setup(self, self.probe)
+        self._stats = self._snapshot()
+
+    # --- run-time configuration -------------------------------------------
+    # Fields of MemoryConfig that may change while the stream runs: the rest shapes the
+    # policy, the host arena or the question stage, built once at start.
+    RUNTIME_FIELDS = ("budget_tokens", "max_question_tokens", "retrieve_frames")
+
+    def check_budget(self, memory: MemoryConfig) -> None:
+        """Raise ConfigError unless ``memory.budget_tokens`` holds the prompt sink, the local window
+        and one frame, and meets the policy's own rule (HERMES: a chunk); reads only, any thread."""
+        need = self.sink.n_tokens + memory.local_window_tokens + self.adapter.tokens_per_frame
+        if memory.budget_tokens < need:
+            raise ConfigError(
+                f"memory.budget_tokens ({memory.budget_tokens}) must hold the prompt sink ({self.sink.n_tokens}), "
+                f"the local window ({memory.local_window_tokens}) and one frame ({self.adapter.tokens_per_frame}): >= {need}"
+            )
+        self.policy.check_budget(memory.budget_tokens, self.sink.n_tokens)
+
+    def reconfigure(self, memory: MemoryConfig, generation: GenerationConfig | None = None) -> None:
+        """Adopt a new memory (and generation) config between two frames; the engine's thread only.
+
+        Only ``RUNTIME_FIELDS`` may differ from the current config, and the budget must pass
+        ``check_budget``; otherwise ConfigError and nothing changes. A smaller budget is
+        enforced at once, as after an ingest: the policy compresses or picks the victims and
+        every block that leaves memory is counted in ``frames_evicted``.
+        """
+        kept = {name: getattr(self.config, name) for name in self.RUNTIME_FIELDS}
+        if dataclasses.replace(memory, **kept) != self.config:
+            raise ConfigError(f"only memory.{', memory.'.join(self.RUNTIME_FIELDS)} may change at run time; the rest needs a restart")
+        self.check_budget(memory)
+        with self._lock:
+            self.config = memory
+            self.policy.reconfigure(memory, self.store)
+            self._enforce_caps()
+        if generation is not None:
+            self.generation = generation
         self._stats = self._snapshot()
 
     # --- ingest -----------------------------------------------------------

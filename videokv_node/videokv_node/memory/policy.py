@@ -95,6 +95,15 @@ class MemoryPolicy(ABC):
     def reset(self) -> None:
         """Forget per-stream state (open segments, counters) on a memory reset."""
 
+    # --- run-time configuration (engine.reconfigure) --------------------------
+    def check_budget(self, budget_tokens: int, sink_tokens: int) -> None:
+        """Raise ConfigError if ``budget_tokens`` cannot work for this policy; none of its own by default."""
+
+    def reconfigure(self, config: MemoryConfig, store: BlockStore) -> None:
+        """Adopt ``config`` (same policy and hyper-parameters, another budget or retrieval count,
+        already checked) and apply any cap of the policy's own now; the engine's caps follow."""
+        self.config = config
+
     # --- snapshots (memory/snapshot.py) ---------------------------------------
     def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
         """The per-stream state a restart must get back, as a JSON-able dict and named tensors.

@@ -20,6 +20,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qos_profile_system_default
+from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
 from videokv_interfaces.msg import MemoryStats
@@ -33,7 +34,8 @@ from videokv_node.memory.snapshot import SnapshotError, load_snapshot, resolve_s
 from videokv_node.memory.question import Frame, RequestError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
-from videokv_node.ros.params import Settings, declare_and_read
+from videokv_node.ros.diagnostics import DiagnosticsPublisher
+from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 
 QOS = {
@@ -90,6 +92,9 @@ class VideoKVNode(Node):
         self.create_service(LoadMemory, "~/load_memory", self.load_callback, callback_group=service_group)
         self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
         self.create_timer(s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup())
+        self.add_on_set_parameters_callback(self.parameters_callback)
+        self._diagnostics = DiagnosticsPublisher(self)
+        self.create_timer(s.diagnostics_period_s, self.diagnostics_callback, callback_group=MutuallyExclusiveCallbackGroup())
         mem = self.settings.memory
         log.info(
             f"ready: policy {mem.policy}, {adapter.tokens_per_frame} tokens/frame, budget {mem.budget_tokens} tokens "
@@ -105,6 +110,7 @@ class VideoKVNode(Node):
         of that guarantee.
         """
         self._count("received")
+        self._diagnostics.frame_received(camera)
         try:
             rgb = conversions.compressed_to_rgb(msg) if compressed else conversions.image_to_rgb(msg)
         except ImageDecodeError as exc:
@@ -233,6 +239,37 @@ class VideoKVNode(Node):
         s = self.settings.node
         conversions.fill_stats(msg, self.engine.stats(), counters, self.worker.queue_depth, s.model, str(self.engine.adapter.device))
         self._stats_pub.publish(msg)
+
+    def diagnostics_callback(self) -> None:
+        """Publish /diagnostics: per-camera rate and silence, ingest, memory fill, model."""
+        with self._lock:
+            counters = dict(self._counters)
+        self._diagnostics.publish(counters)
+
+    # --- run-time parameters (params.RUNTIME) -------------------------------
+    def parameters_callback(self, params) -> SetParametersResult:
+        """Check the whole new configuration as at start, then apply it; a refusal gives the reason, nothing changed."""
+        try:
+            new = settings_with(self, params)
+            if (new.memory, new.generation) != (self.settings.memory, self.settings.generation):
+                self.engine.check_budget(new.memory)  # refuse here, with the reason, before queueing anything
+                self._on_worker(lambda: self.engine.reconfigure(new.memory, new.generation))
+        except (ConfigError, WorkerBusy, WorkerStopped) as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        self.sampler.set_config(new.sampler)
+        self.settings = new
+        self.get_logger().info("parameters set: " + ", ".join(f"{p.name}={p.value}" for p in params))
+        return SetParametersResult(successful=True)
+
+    def _on_worker(self, run):
+        """Run on the model thread, between two frames; still queued after question_timeout_s: WorkerBusy."""
+        future = self.worker.call(run)
+        try:
+            return future.result(timeout=self.settings.node.question_timeout_s)
+        except FutureTimeout:
+            if future.cancel():
+                raise WorkerBusy(f"the model stayed busy for question_timeout_s ({self.settings.node.question_timeout_s} s)") from None
+            return future.result()  # already running: it is quick
 
     # --- helpers ----------------------------------------------------------
     def _resolve_camera(self, name: str) -> str:

@@ -4,8 +4,11 @@ Defaults come from the dataclasses (single source of truth); a field holding a
 dataclass (``MemoryConfig.streamkv``) is a section of its own, its fields the
 parameters ``memory.streamkv.<field>``. config/memory.yaml lists every parameter
 with a comment, and tests/integration/test_config_files.py checks the two agree.
-Every parameter is read-only for now: changing a model, budget or topic at run
-time needs a restart (runtime changes are a later issue).
+Parameters in ``RUNTIME`` may be set while the node runs (``ros2 param set``): the
+node checks the whole new configuration with ``settings_with`` (the dataclasses'
+own checks, as at start) and refuses a bad value with the reason. Every other
+parameter is read-only: a change of model, device, policy, topics, QoS, queues,
+host arena or any policy's hyper-parameters needs a restart.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ class NodeSettings:
     max_pending_questions: int = 4  # questions waiting for the model; more are refused
     question_timeout_s: float = 120.0  # a question not answered by then fails
     stats_period_s: float = 1.0  # period of ~/memory_stats
+    diagnostics_period_s: float = 1.0  # period of /diagnostics
+    diagnostics_silence_warn_s: float = 2.0  # a camera silent longer than this is WARN on /diagnostics
+    diagnostics_silence_error_s: float = 5.0  # ... and longer than this ERROR
 
     def __post_init__(self) -> None:
         # ROS parameter files cannot hold an empty string array, so [""] stands for "none".
@@ -55,6 +61,8 @@ class NodeSettings:
             raise ConfigError("queue_size and max_pending_questions must be > 0")
         if self.question_timeout_s <= 0 or self.stats_period_s <= 0:
             raise ConfigError("question_timeout_s and stats_period_s must be > 0")
+        if self.diagnostics_period_s <= 0 or not 0 < self.diagnostics_silence_warn_s <= self.diagnostics_silence_error_s:
+            raise ConfigError("need diagnostics_period_s > 0 and 0 < diagnostics_silence_warn_s <= diagnostics_silence_error_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,14 @@ class Settings:
     generation: GenerationConfig
     sampler: SamplerConfig
 
+
+# Writable at run time. Safe because each is read afresh where used: the sampler's config
+# under its lock, the node's timeout per request, the engine's budget, question and
+# generation limits on the model thread between two frames (a smaller budget evicts at once).
+RUNTIME = frozenset({
+    "sample_fps", "sample_tolerance_s", "question_timeout_s", "max_new_tokens", "max_new_tokens_limit",
+    "memory.budget_tokens", "memory.max_question_tokens", "memory.retrieve_frames",
+})
 
 _DESCRIPTIONS = {
     "model": "'tiny' or 'tiny-qwen2.5-vl' (seeded random weights, no files), or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory",
@@ -79,6 +95,9 @@ _DESCRIPTIONS = {
     "max_pending_questions": "questions waiting for the model; more are refused with success=false",
     "question_timeout_s": "seconds a question may wait and run before it fails",
     "stats_period_s": "period of ~/memory_stats in seconds (node clock)",
+    "diagnostics_period_s": "period of /diagnostics in seconds (node clock)",
+    "diagnostics_silence_warn_s": "a camera silent longer than this (node clock) is WARN on /diagnostics",
+    "diagnostics_silence_error_s": "a camera silent longer than this (node clock) is ERROR on /diagnostics",
     "sample_fps": "frames per second per camera entering memory, by header stamp; 0 = every frame",
     "sample_tolerance_s": "slack on the sampling period so camera jitter never skips a sample",
     "sample_reset_backward_s": "a stamp jumping back more than this is a clock reset (bag loop), not a stale frame",
@@ -195,7 +214,9 @@ def parameter_table() -> dict[str, tuple[type, str, object]]:
 
 
 def _descriptor(name: str, default: object) -> ParameterDescriptor:
-    d = ParameterDescriptor(description=_DESCRIPTIONS.get(name, name), read_only=True)
+    writable = name in RUNTIME
+    suffix = " (writable at run time)" if writable else " (read-only: a change needs a restart)"
+    d = ParameterDescriptor(description=_DESCRIPTIONS.get(name, name) + suffix, read_only=not writable)
     if isinstance(default, bool):
         return d
     if isinstance(default, int):
@@ -221,6 +242,26 @@ def declare_and_read(node: Node) -> Settings:
                 values[name] = node.declare_parameter(name, default, _descriptor(name, default)).value
         except ParameterException as exc:  # wrong type or outside the descriptor's range; names the parameter
             raise ConfigError(str(exc)) from exc
+    return _settings(values)
+
+
+def settings_with(node: Node, changes: list[Parameter]) -> Settings:
+    """The settings the node would have with ``changes`` applied to its declared parameters,
+    validated as at start; raises ConfigError with the reason (nothing is set here)."""
+    values: dict[str, object] = {}
+    for name, (_, _, default) in parameter_table().items():
+        value = node.get_parameter_or(name).value  # None: a string array declared unset, as at start
+        values[name] = tuple(value if value is not None else default) if isinstance(default, list) else value
+    for param in changes:
+        if param.name not in values:
+            raise ConfigError(f"unknown parameter {param.name!r}")
+        if param.name not in RUNTIME:
+            raise ConfigError(f"{param.name} is read-only: a change needs a restart")
+        values[param.name] = param.value
+    return _settings(values)
+
+
+def _settings(values: dict[str, object]) -> Settings:
     try:
         return Settings(**{attr: _build(prefix, cls, values) for attr, prefix, cls in _SECTIONS})
     except (TypeError, ValueError) as exc:

@@ -81,15 +81,27 @@ class HermesPolicy(MemoryPolicy):
     def setup(self, engine, probe: Probe) -> None:
         self.engine = engine
         self.sink_len = engine.sink.n_tokens
+        self.check_budget(self.config.budget_tokens, self.sink_len)
         self.budget = self.config.budget_tokens - self.sink_len  # tokens per layer
         self.headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
-        if self.budget - 1 - self.headroom < self.adapter.tokens_per_frame:
+        self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
+
+    def check_budget(self, budget_tokens: int, sink_tokens: int) -> None:
+        """Each layer must keep one frame (and the summary token) plus room for the rest of a chunk."""
+        per_layer = budget_tokens - sink_tokens
+        headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
+        if per_layer - 1 - headroom < self.adapter.tokens_per_frame:
             raise ConfigError(
-                f"memory.budget_tokens ({self.config.budget_tokens}) leaves {self.budget} tokens per layer after the prompt "
+                f"memory.budget_tokens ({budget_tokens}) leaves {per_layer} tokens per layer after the prompt "
                 f"sink: hermes needs room for one frame kept plus a chunk of memory.hermes.chunk_frames "
                 f"({self.cfg.chunk_frames}) frames of {self.adapter.tokens_per_frame} tokens; raise the budget or lower chunk_frames"
             )
-        self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
+
+    def reconfigure(self, config, store: BlockStore) -> None:
+        """A new per-layer budget; a smaller one compresses every layer to it now, as after a chunk."""
+        super().reconfigure(config, store)
+        self.budget = config.budget_tokens - self.sink_len
+        self._enforce_layer_budget(store)
 
     def reset(self) -> None:
         self._frame_of.clear()
