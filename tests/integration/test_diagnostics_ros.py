@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -11,12 +10,10 @@ import pytest
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
-from rclpy.context import Context  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
-from videokv_node.ros.launcher import isolated_ros_env  # noqa: E402
 from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
 
 NS = 1_000_000_000
@@ -25,22 +22,6 @@ OK, WARN, ERROR = (int.from_bytes(x, "little") for x in (DiagnosticStatus.OK, Di
                                                          DiagnosticStatus.ERROR))
 
 
-@pytest.fixture(scope="module")
-def ros():
-    """This module's own DDS domain and context (as in test_node_ros.py)."""
-    env = isolated_ros_env()
-    env["OMP_NUM_THREADS"] = "1"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    ctx = Context()
-    rclpy.init(context=ctx)
-    yield env, ctx
-    rclpy.try_shutdown(context=ctx)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 class Watcher:

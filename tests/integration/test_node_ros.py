@@ -6,7 +6,6 @@ localhost, so parallel runs never see each other.
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 
@@ -15,35 +14,19 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
-from rclpy.context import Context  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 
 from videokv_node.ros.client import MemoryClient  # noqa: E402
 from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
-from videokv_node.ros.launcher import NodeProcess, isolated_ros_env  # noqa: E402
+from videokv_node.ros.launcher import NodeProcess  # noqa: E402
 from videokv_node.ros.synthetic_camera import compressed_msg, image_msg  # noqa: E402
 
 NS = 1_000_000_000
 RELIABLE = QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE)
 
 
-@pytest.fixture(scope="module")
-def ros():
-    env = isolated_ros_env()
-    env["OMP_NUM_THREADS"] = "1"  # tiny model: threads only contend with this process on 2 cores
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    ctx = Context()
-    rclpy.init(context=ctx)
-    yield env, ctx
-    rclpy.try_shutdown(context=ctx)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @contextmanager

@@ -6,41 +6,23 @@ back with a reason and leave parameters and memory as they were.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
-from rclpy.context import Context  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter, parameter_value_to_python  # noqa: E402
 from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import NS, RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
-from videokv_node.ros.launcher import isolated_ros_env  # noqa: E402
 from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
 
 WINDOW = 32
 
 
-@pytest.fixture(scope="module")
-def ros():
-    env = isolated_ros_env()
-    env["OMP_NUM_THREADS"] = "1"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    ctx = Context()
-    rclpy.init(context=ctx)
-    yield env, ctx
-    rclpy.try_shutdown(context=ctx)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 class Params:
