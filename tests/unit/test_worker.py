@@ -80,7 +80,9 @@ def test_too_many_waiting_questions_are_refused_and_errors_reach_the_caller():
     try:
         worker.submit_frame(frame(0))
         assert engine.started.wait(5)
+        assert worker.pending_jobs == 0 and not worker.busy
         first, second = worker.ask(Question("a")), worker.ask(Question(""))
+        assert worker.pending_jobs == 2 and worker.busy  # what the ~/ask action's goal callback reads
         with pytest.raises(WorkerBusy):
             worker.ask(Question("c"))
         engine.gate.set()

@@ -9,20 +9,32 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from typing import NamedTuple
 
 import rclpy
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_srvs.srv import Trigger
+from videokv_interfaces.action import AskVideo as AskVideoAction
 from videokv_interfaces.msg import MemoryStats
 from videokv_interfaces.srv import AskVideo, LoadMemory, SaveMemory
 
 from videokv_node.ros.conversions import ns_to_time
 
 
+class StreamedAnswer(NamedTuple):
+    """What ``ask_stream`` returns: the action's result, every feedback text in order, the goal's final status."""
+
+    result: AskVideoAction.Result  # success=false with the reason when rejected, refused or canceled
+    feedback: list[str]  # text_so_far of each feedback message, in arrival order
+    status: int  # action_msgs/GoalStatus.STATUS_*; STATUS_UNKNOWN when the goal was rejected
+
+
 class MemoryClient:
-    """Calls ``<node>/ask``, ``<node>/reset``, ``<node>/save_memory`` and ``<node>/load_memory``
-    and watches ``<node>/memory_stats``."""
+    """Calls ``<node>/ask`` (service and action), ``<node>/reset``, ``<node>/save_memory`` and
+    ``<node>/load_memory`` and watches ``<node>/memory_stats``."""
 
     def __init__(
         self, node_name: str = "/videokv", context=None, client_name: str = "videokv_client", history: int = 10_000
@@ -32,6 +44,7 @@ class MemoryClient:
         self._reset = self.node.create_client(Trigger, f"{node_name}/reset")
         self._save = self.node.create_client(SaveMemory, f"{node_name}/save_memory")
         self._load = self.node.create_client(LoadMemory, f"{node_name}/load_memory")
+        self._ask_action = ActionClient(self.node, AskVideoAction, f"{node_name}/ask")
         self._stats: MemoryStats | None = None
         self.history: deque[MemoryStats] = deque(maxlen=history)  # every stats message, newest last
         self._stats_cond = threading.Condition()
@@ -56,6 +69,9 @@ class MemoryClient:
     def wait_ready(self, timeout: float = 60.0) -> bool:
         return self._ask.wait_for_service(timeout_sec=timeout) and self._reset.wait_for_service(timeout_sec=timeout)
 
+    def wait_action_ready(self, timeout: float = 60.0) -> bool:
+        return self._ask_action.wait_for_server(timeout_sec=timeout)
+
     def ask(
         self,
         question: str,
@@ -74,6 +90,61 @@ class MemoryClient:
         req.until = ns_to_time(until_ns)
         req.max_new_tokens = max_new_tokens
         return self._call(self._ask, req, timeout)
+
+    def ask_stream(
+        self,
+        question: str,
+        options: list[str] | None = None,
+        cameras: list[str] | None = None,
+        since_ns: int = 0,
+        until_ns: int = 0,
+        max_new_tokens: int = 0,
+        cancel_after_tokens: int = 0,
+        timeout: float = 120.0,
+    ) -> StreamedAnswer:
+        """Ask through the ``~/ask`` action; ``cancel_after_tokens`` > 0 cancels once that many tokens arrived."""
+        goal = AskVideoAction.Goal()
+        goal.question = question
+        goal.options = list(options or [])
+        goal.cameras = list(cameras or [])
+        goal.since = ns_to_time(since_ns)
+        goal.until = ns_to_time(until_ns)
+        goal.max_new_tokens = max_new_tokens
+        texts: list[str] = []
+        lock = threading.Lock()
+        handle = None  # set once the goal is accepted; feedback may arrive before that
+        cancel_wanted = False
+
+        def on_feedback(msg) -> None:
+            nonlocal cancel_wanted
+            texts.append(msg.feedback.text_so_far)
+            with lock:
+                if cancel_after_tokens and msg.feedback.tokens >= cancel_after_tokens and not cancel_wanted:
+                    cancel_wanted = True
+                    if handle is not None:
+                        handle.cancel_goal_async()
+
+        deadline = time.monotonic() + timeout
+        handle_future = self._ask_action.send_goal_async(goal, feedback_callback=on_feedback)
+        goal_handle = self._wait(handle_future, deadline, "goal response")
+        if not goal_handle.accepted:
+            rejected = AskVideoAction.Result(success=False, message="goal rejected by the node (too many questions waiting)")
+            rejected.option_index = -1
+            return StreamedAnswer(rejected, texts, GoalStatus.STATUS_UNKNOWN)
+        with lock:
+            handle = goal_handle
+            if cancel_wanted:
+                goal_handle.cancel_goal_async()
+        response = self._wait(goal_handle.get_result_async(), deadline, "result")
+        return StreamedAnswer(response.result, texts, response.status)
+
+    @staticmethod
+    def _wait(future, deadline: float, what: str):
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"no {what} from the ask action in time")
+        return future.result()
 
     def reset(self, timeout: float = 60.0):
         return self._call(self._reset, Trigger.Request(), timeout)
@@ -114,4 +185,5 @@ class MemoryClient:
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=1.0)
+        self._ask_action.destroy()
         self.node.destroy_node()

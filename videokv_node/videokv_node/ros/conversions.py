@@ -28,7 +28,8 @@ def compressed_to_rgb(msg):
 
 
 def request_to_question(request, resolve_camera) -> Question:
-    """AskVideo request -> Question; camera names are resolved like the node's own topics."""
+    """AskVideo request or action goal (same fields) -> Question; camera names are resolved
+    like the node's own topics."""
     return Question(
         text=request.question,
         options=list(request.options),
@@ -40,6 +41,7 @@ def request_to_question(request, resolve_camera) -> Question:
 
 
 def fill_response(response, answer: Answer):
+    """Answer -> AskVideo response or action result (the two have the same fields)."""
     response.success = True
     response.message = ""
     response.answer = answer.text

@@ -2,8 +2,8 @@
 
 A thin adapter over the library: callbacks convert messages and hand work to
 the ``ModelWorker``; no callback ever runs the model. Camera callbacks share one
-mutually exclusive group; the services and the stats timer have their own
-groups, so a question is accepted while frames keep arriving, on a
+mutually exclusive group; the services, the ``~/ask`` action and the stats timer
+have their own groups, so a question is accepted while frames keep arriving, on a
 MultiThreadedExecutor.
 """
 
@@ -12,10 +12,13 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
+from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import rclpy
 import torch
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
@@ -23,6 +26,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qo
 from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image
 from std_srvs.srv import Trigger
+from videokv_interfaces.action import AskVideo as AskVideoAction
 from videokv_interfaces.msg import MemoryStats
 from videokv_interfaces.srv import AskVideo, LoadMemory, SaveMemory
 
@@ -44,11 +48,16 @@ QOS = {
     "system_default": qos_profile_system_default,
 }
 WARN_THROTTLE_S = 5.0
+CANCEL_POLL_S = 0.05  # how often a queued goal looks for a cancel request
+
+
+class _Cancelled(Exception):
+    """Raised from ``on_token`` to stop a goal's generation early (canceled or timed out)."""
 
 
 class VideoKVNode(Node):
-    """Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask``, ``~/reset``,
-    ``~/save_memory`` and ``~/load_memory``."""
+    """Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask`` (service and
+    streaming action), ``~/reset``, ``~/save_memory`` and ``~/load_memory``."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("videokv", **kwargs)
@@ -90,6 +99,12 @@ class VideoKVNode(Node):
         self.create_service(Trigger, "~/reset", self.reset_callback, callback_group=service_group)
         self.create_service(SaveMemory, "~/save_memory", self.save_callback, callback_group=service_group)
         self.create_service(LoadMemory, "~/load_memory", self.load_callback, callback_group=service_group)
+        # Actions have their own name space (<name>/_action/...): no clash with the ~/ask service.
+        self._ask_action = ActionServer(
+            self, AskVideoAction, "~/ask", execute_callback=self.ask_execute_callback,
+            goal_callback=self.ask_goal_callback, cancel_callback=self.ask_cancel_callback,
+            callback_group=service_group,
+        )
         self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
         self.create_timer(s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup())
         self.add_on_set_parameters_callback(self.parameters_callback)
@@ -151,6 +166,76 @@ class VideoKVNode(Node):
             return self._refuse(response, f"internal error: {exc}")
         self._count("answered")
         return conversions.fill_response(response, answer)
+
+    # --- the ~/ask action: the answer streamed as feedback, cancellable ----------
+    def ask_goal_callback(self, goal) -> GoalResponse:
+        """Reject a goal while max_pending_questions are already waiting; check everything else when it runs."""
+        if self.worker.busy:
+            self._count("failed")
+            self.get_logger().warn(
+                f"ask goal rejected: {self.worker.pending_jobs} requests already waiting (max_pending_questions)",
+                throttle_duration_sec=WARN_THROTTLE_S,
+            )
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def ask_cancel_callback(self, goal_handle) -> CancelResponse:
+        """Accept every cancel request: generation stops at the next token."""
+        return CancelResponse.ACCEPT
+
+    def ask_execute_callback(self, goal_handle):
+        """Answer like ``~/ask``, publishing ``text_so_far`` per token; a refusal is success=false with the reason."""
+        result = AskVideoAction.Result()
+        stop = threading.Event()  # set on timeout: the running generation ends at its next token
+        tokens = 0
+
+        def on_token(text_so_far: str) -> None:
+            nonlocal tokens
+            if stop.is_set() or goal_handle.is_cancel_requested:
+                raise _Cancelled()
+            tokens += 1
+            goal_handle.publish_feedback(AskVideoAction.Feedback(text_so_far=text_so_far, tokens=tokens))
+
+        try:
+            question = conversions.request_to_question(goal_handle.request, self._resolve_camera)
+            future = self.worker.ask(question, on_token=on_token)
+            answer = self._wait_goal(goal_handle, future, stop)
+        except (_Cancelled, CancelledError):
+            if not goal_handle.is_cancel_requested:  # stopped by the timeout, not by the client
+                goal_handle.abort()
+                return self._refuse(result, f"no answer within question_timeout_s ({self.settings.node.question_timeout_s} s)")
+            goal_handle.canceled()  # a client's choice: not counted as a failed question
+            result.success, result.message, result.option_index = False, f"canceled after {tokens} tokens", -1
+            return result
+        except (RequestError, WorkerBusy, WorkerStopped) as exc:
+            goal_handle.abort()
+            return self._refuse(result, str(exc))
+        except FutureTimeout:
+            goal_handle.abort()
+            return self._refuse(result, f"no answer within question_timeout_s ({self.settings.node.question_timeout_s} s)")
+        except Exception as exc:  # the node keeps running whatever the model raised
+            self.get_logger().error(f"question failed: {exc!r}")
+            goal_handle.abort()
+            return self._refuse(result, f"internal error: {exc}")
+        self._count("answered")
+        goal_handle.succeed()
+        return conversions.fill_response(result, answer)
+
+    def _wait_goal(self, goal_handle, future, stop: threading.Event):
+        """The future's answer; a goal canceled while still queued leaves the queue at once."""
+        deadline = time.monotonic() + self.settings.node.question_timeout_s
+        while True:
+            if goal_handle.is_cancel_requested and future.cancel():
+                raise CancelledError()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stop.set()
+                future.cancel()
+                raise FutureTimeout()
+            try:
+                return future.result(timeout=min(CANCEL_POLL_S, left))
+            except FutureTimeout:
+                continue
 
     def reset_callback(self, request, response):
         """Forget every frame (queued ones too)."""
@@ -279,6 +364,7 @@ class VideoKVNode(Node):
             return name
 
     def _refuse(self, response, message: str):
+        """success=false with the reason, on an AskVideo response or action result (same fields)."""
         self._count("failed")
         response.success = False
         response.message = message

@@ -80,7 +80,11 @@ class ModelWorker:
         return not dropped
 
     def ask(self, question: Question, on_token: Callable[[str], None] | None = None) -> Future:
-        """Queue a question ahead of all frames; the future resolves to an Answer or raises RequestError."""
+        """Queue a question ahead of all frames; the future resolves to an Answer or raises RequestError.
+
+        Whatever ``on_token`` raises (a caller's cancellation) ends the question and reaches the
+        future; ``engine.ask`` changes no memory, so stopping it mid-generation is safe.
+        """
         return self._submit(lambda: self.engine.ask(question, on_token=on_token))
 
     def reset(self) -> Future:
@@ -111,6 +115,16 @@ class ModelWorker:
     @property
     def queue_depth(self) -> int:
         return len(self._frames)
+
+    @property
+    def pending_jobs(self) -> int:
+        """Questions/resets/calls queued and not yet started (a snapshot: it may change at once)."""
+        return len(self._jobs)
+
+    @property
+    def busy(self) -> bool:
+        """True while a new question would be refused with WorkerBusy (read-only hint for admission)."""
+        return len(self._jobs) >= self.max_pending_jobs
 
     # --- the worker thread ------------------------------------------------
     def _run(self) -> None:
