@@ -13,18 +13,49 @@ import json
 
 import torch
 
-from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
+from videokv_node.models.attention import use_videokv_attention
 
+# Re-rotation by a delta is exact only if inv_freq does not depend on the sequence (no dynamic/YaRN).
+SUPPORTED_ROPE_TYPES = ("default", "linear")
 SYSTEM_PROMPT = "You are a helpful assistant that remembers what the robot's cameras have seen."
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 class ChatVideoLLMAdapter(VideoLLMAdapter):
-    """Base of the transformers adapters. Subclasses set ``model``, ``tokenizer``, ``_lm`` (the decoder),
-    ``_eos`` and ``_fingerprint`` in ``__init__``, and the two video markers below."""
+    """Base of the transformers adapters. Subclasses call ``_init_decoder`` first in ``__init__``,
+    then set their vision path, and set the two video markers below."""
 
     video_open = ""  # text between the user turn's opening and the first frame
     video_close = "\n"  # text between the last frame and the question
+
+    def _init_decoder(self, model, tokenizer, name: str, image_mean, image_std, head_dim: int | None = None) -> None:
+        """What both families share: the decoder under the ``videokv`` attention (its sub-config only),
+        its rotary frequencies (exact-rotation rope types only), KV geometry, normalisation, end ids."""
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = next(model.parameters()).device
+        text = model.config.text_config
+        self._lm = model.model.language_model
+        use_videokv_attention(model, text)
+        rope_type = (getattr(text, "rope_parameters", None) or {}).get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(f"rope_type {rope_type!r} is not supported (exact re-rotation needs {SUPPORTED_ROPE_TYPES})")
+        self._inv_freq = self._lm.rotary_emb.inv_freq.detach().clone()
+        head_dim = head_dim or getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        self.geometry = KVGeometry(
+            n_layers=text.num_hidden_layers,
+            n_kv_heads=text.num_key_value_heads,
+            head_dim=head_dim,
+            n_q_heads=text.num_attention_heads,
+            dtype=next(self._lm.parameters()).dtype,
+        )
+        self.max_positions = text.max_position_embeddings
+        self._mean = torch.tensor(image_mean, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.tensor(image_std, device=self.device).view(1, 3, 1, 1)
+        self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
+        self._fingerprint: str | None = None
 
     # --- text -------------------------------------------------------------
     def text_ids(self, text: str) -> list[int]:

@@ -24,13 +24,11 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
 from transformers.cache_utils import Cache
 
-from videokv_node.models.adapter import KVGeometry
-from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.attention import AttentionObserver
 from videokv_node.models.chat_adapter import ChatVideoLLMAdapter
 from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
-SUPPORTED_ROPE_TYPES = ("default", "linear")
 
 
 def onevision_config(tokenizer, text: dict, vision: dict, **extra) -> LlavaOnevisionConfig:
@@ -75,37 +73,12 @@ class LlavaOnevisionAdapter(ChatVideoLLMAdapter):
         image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5),
         image_std: tuple[float, float, float] = (0.5, 0.5, 0.5),
     ) -> None:
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.name = name
-        self.device = next(model.parameters()).device
+        self._init_decoder(model, tokenizer, name, image_mean, image_std)
         cfg = model.config
-        text = cfg.text_config
-        self._lm = model.model.language_model
-        use_videokv_attention(model, cfg.text_config)
-        rotary = self._lm.rotary_emb
-        rope_type = (getattr(text, "rope_parameters", None) or {}).get("rope_type", "default")
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            # Dynamic/YaRN ropes change inv_freq with length: re-rotation by a delta would not be exact.
-            raise ValueError(f"rope_type {rope_type!r} is not supported (exact re-rotation needs {SUPPORTED_ROPE_TYPES})")
-        self._inv_freq = rotary.inv_freq.detach().clone()
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        self.geometry = KVGeometry(
-            n_layers=text.num_hidden_layers,
-            n_kv_heads=text.num_key_value_heads,
-            head_dim=head_dim,
-            n_q_heads=text.num_attention_heads,
-            dtype=next(self._lm.parameters()).dtype,
-        )
         vision = cfg.vision_config
         self.image_size = vision.image_size
         side = vision.image_size // vision.patch_size
         self.tokens_per_frame = math.ceil(side / 2) ** 2
-        self.max_positions = text.max_position_embeddings
-        self._mean = torch.tensor(image_mean, device=self.device).view(1, 3, 1, 1)
-        self._std = torch.tensor(image_std, device=self.device).view(1, 3, 1, 1)
-        self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
-        self._fingerprint: str | None = None
 
     # --- construction -----------------------------------------------------
     @classmethod

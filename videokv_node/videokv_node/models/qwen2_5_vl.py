@@ -34,8 +34,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 from transformers.cache_utils import Cache
 
-from videokv_node.models.adapter import KVGeometry
-from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.attention import AttentionObserver
 from videokv_node.models.chat_adapter import ChatVideoLLMAdapter
 from videokv_node.models.rope import rotate_keys, rotate_keys_mrope
 from videokv_node.models.tiny_tokenizer import QWEN_VL_SPECIAL_TOKENS, build_tiny_tokenizer
@@ -45,8 +44,6 @@ IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
 IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
 DEFAULT_FRAME_SIZE = 392  # px: 28 x 28 patches -> 14 x 14 = 196 tokens per frame
 TINY_FRAME_SIZE = 112  # px: 8 x 8 patches -> 4 x 4 = 16 tokens per frame, like the LLaVA tiny
-# Re-rotation by a delta is exact only if inv_freq does not depend on the sequence (no dynamic/YaRN).
-SUPPORTED_ROPE_TYPES = ("default", "linear")
 
 
 def qwen25_vl_config(tokenizer, text: dict, vision: dict, **extra) -> Qwen2_5_VLConfig:
@@ -126,31 +123,14 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
         image_mean: tuple[float, float, float] = IMAGE_MEAN,
         image_std: tuple[float, float, float] = IMAGE_STD,
     ) -> None:
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.name = name
-        self.device = next(model.parameters()).device
-        cfg = model.config
-        text = cfg.text_config
-        self._lm = model.model.language_model
-        use_videokv_attention(model, text)
-        rope = text.rope_parameters or {}
-        rope_type = rope.get("rope_type", "default")
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ValueError(f"rope_type {rope_type!r} is not supported (exact re-rotation needs {SUPPORTED_ROPE_TYPES})")
-        rotary = self._lm.rotary_emb
-        self._inv_freq = rotary.inv_freq.detach().clone()
-        self._mrope_section = list(rotary.mrope_section)
+        text = model.config.text_config
         head_dim = text.hidden_size // text.num_attention_heads  # what Qwen2_5_VLAttention uses
+        self._init_decoder(model, tokenizer, name, image_mean, image_std, head_dim=head_dim)
+        cfg = model.config
+        rotary = self._lm.rotary_emb
+        self._mrope_section = list(rotary.mrope_section)
         if sum(self._mrope_section) != head_dim // 2:
             raise ValueError(f"mrope_section {self._mrope_section} must sum to head_dim / 2 = {head_dim // 2}")
-        self.geometry = KVGeometry(
-            n_layers=text.num_hidden_layers,
-            n_kv_heads=text.num_key_value_heads,
-            head_dim=head_dim,
-            n_q_heads=text.num_attention_heads,
-            dtype=next(self._lm.parameters()).dtype,
-        )
         vision = cfg.vision_config
         self.patch_size = vision.patch_size
         self.merge_size = vision.spatial_merge_size
@@ -162,11 +142,6 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
         self.grid = frame_size // self.patch_size  # patches per side
         self._side = self.grid // self.merge_size  # merged tokens per side
         self.tokens_per_frame = self._side**2
-        self.max_positions = text.max_position_embeddings
-        self._mean = torch.tensor(image_mean, device=self.device).view(1, 3, 1, 1)
-        self._std = torch.tensor(image_std, device=self.device).view(1, 3, 1, 1)
-        self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
-        self._fingerprint: str | None = None
 
     # --- construction -----------------------------------------------------
     @classmethod

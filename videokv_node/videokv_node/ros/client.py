@@ -32,6 +32,17 @@ class StreamedAnswer(NamedTuple):
     status: int  # action_msgs/GoalStatus.STATUS_*; STATUS_UNKNOWN when the goal was rejected
 
 
+def _fill_question(msg, question, options, cameras, since_ns, until_ns, max_new_tokens):
+    """The AskVideo service request and action goal have the same fields."""
+    msg.question = question
+    msg.options = list(options or [])
+    msg.cameras = list(cameras or [])
+    msg.since = ns_to_time(since_ns)
+    msg.until = ns_to_time(until_ns)
+    msg.max_new_tokens = max_new_tokens
+    return msg
+
+
 class MemoryClient:
     """Calls ``<node>/ask`` (service and action), ``<node>/reset``, ``<node>/save_memory`` and
     ``<node>/load_memory`` and watches ``<node>/memory_stats``."""
@@ -82,13 +93,7 @@ class MemoryClient:
         max_new_tokens: int = 0,
         timeout: float = 120.0,
     ):
-        req = AskVideo.Request()
-        req.question = question
-        req.options = list(options or [])
-        req.cameras = list(cameras or [])
-        req.since = ns_to_time(since_ns)
-        req.until = ns_to_time(until_ns)
-        req.max_new_tokens = max_new_tokens
+        req = _fill_question(AskVideo.Request(), question, options, cameras, since_ns, until_ns, max_new_tokens)
         return self._call(self._ask, req, timeout)
 
     def ask_stream(
@@ -103,13 +108,7 @@ class MemoryClient:
         timeout: float = 120.0,
     ) -> StreamedAnswer:
         """Ask through the ``~/ask`` action; ``cancel_after_tokens`` > 0 cancels once that many tokens arrived."""
-        goal = AskVideoAction.Goal()
-        goal.question = question
-        goal.options = list(options or [])
-        goal.cameras = list(cameras or [])
-        goal.since = ns_to_time(since_ns)
-        goal.until = ns_to_time(until_ns)
-        goal.max_new_tokens = max_new_tokens
+        goal = _fill_question(AskVideoAction.Goal(), question, options, cameras, since_ns, until_ns, max_new_tokens)
         texts: list[str] = []
         lock = threading.Lock()
         handle = None  # set once the goal is accepted; feedback may arrive before that
