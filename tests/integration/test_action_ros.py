@@ -21,6 +21,7 @@ PARAMS = {
     "model": "tiny",
     "image_topics": ["cam_a"],
     "camera_qos": "reliable",
+    "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
     "sample_fps": 0.0,
     "queue_size": 64,
     "stats_period_s": 0.2,

@@ -61,6 +61,7 @@ def test_camera_silence_and_recovery_on_diagnostics(ros):
         "model": "tiny",
         "image_topics": ["cam_diag"],
         "camera_qos": "reliable",
+        "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
         "sample_fps": 2.0,
         "diagnostics_period_s": 0.2,
         "diagnostics_silence_warn_s": 1.0,

@@ -75,6 +75,7 @@ def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
         "image_topics": ["cam_a"],
         "compressed_topics": ["cam_b/compressed"],
         "camera_qos": "reliable",  # bursts of frames must all arrive for exact counts (the demo runs sensor_data)
+        "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
         "sample_fps": 0.0,
         "queue_size": 64,
         "stats_period_s": 0.2,
@@ -166,6 +167,7 @@ def test_paper_policy_on_qwen25_vl_over_dds(ros):
         "model": "tiny-qwen2.5-vl",
         "image_topics": ["cam_q"],
         "camera_qos": "reliable",
+        "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
         "sample_fps": 0.0,
         "queue_size": 64,
         "stats_period_s": 0.2,
@@ -206,6 +208,7 @@ def test_memory_survives_sigkill_through_a_snapshot(ros, tmp_path):
         "model": "tiny",
         "image_topics": ["cam_s"],
         "camera_qos": "reliable",
+        "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
         "sample_fps": 0.0,
         "queue_size": 64,
         "stats_period_s": 0.2,
@@ -310,8 +313,10 @@ def test_sim_time_drives_the_node_clock(ros):
     """Under use_sim_time the stats are stamped with /clock time and frames are sampled by header stamp."""
     from rosgraph_msgs.msg import Clock
 
+    # A deep reliable history on the node's side too: with the default depth of 10 a loaded CI machine
+    # drops frames in the subscription before the callback takes them (seen: 43 of 50 received).
     params = {"model": "tiny", "image_topics": ["sim_cam"], "use_sim_time": True, "sample_fps": 0.5,
-              "camera_qos": "reliable", "stats_period_s": 0.5}
+              "camera_qos": "reliable", "camera_qos_depth": 200, "stats_period_s": 0.5}
     with running_node(ros, params, "videokv_sim") as (proc, client, sim):
         clock_pub = sim.create_publisher(Clock, "/clock", 10)
         cam_pub = sim.create_publisher(Image, "/sim_cam", RELIABLE)

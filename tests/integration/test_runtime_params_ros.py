@@ -57,6 +57,7 @@ def test_budget_and_sample_fps_change_at_run_time_and_bad_values_are_refused(ros
         "model": "tiny",
         "image_topics": ["cam"],
         "camera_qos": "reliable",
+        "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
         "sample_fps": 0.0,
         "queue_size": 64,
         "stats_period_s": 0.2,
