@@ -17,7 +17,9 @@ def isolated_ros_env(domain_id: int | None = None) -> dict[str, str]:
     """The current environment with its own ROS_DOMAIN_ID and discovery kept on localhost."""
     env = dict(os.environ)
     if domain_id is None:
-        domain_id = random.Random(os.getpid() ^ int.from_bytes(os.urandom(2), "little")).randint(1, 100)
+        # VIDEOKV_DOMAIN_IDS="LO-HI" keeps concurrent test runs of several checkouts apart.
+        lo, _, hi = os.environ.get("VIDEOKV_DOMAIN_IDS", "1-100").partition("-")
+        domain_id = random.Random(os.getpid() ^ int.from_bytes(os.urandom(2), "little")).randint(int(lo), int(hi))
     env["ROS_DOMAIN_ID"] = str(domain_id)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
