@@ -4,15 +4,20 @@
     ros2 launch videokv_node memory.launch.py model:=/models/llava-onevision-qwen2-0.5b-ov-hf \
         image_topic:=/camera/color/image_raw policy:=rekv use_sim_time:=true
     ros2 launch videokv_node memory.launch.py policy:=streamkv question_stage:=tgvkv
+    ros2 launch videokv_node memory.launch.py lifecycle:=true   # then: ros2 lifecycle set /videokv configure
 
 The camera QoS comes from the params file (sensor_data by default, as in the
-node), so the launch default and the node default always agree.
+node), so the launch default and the node default always agree. With
+lifecycle:=true the node starts unconfigured (a LifecycleNode action, so launch
+can emit and react to its transitions); a lifecycle manager or
+`ros2 lifecycle set` drives it. Every argument is documented in the README.
 """
 
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition, UnlessCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
@@ -27,8 +32,12 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("question_stage", default_value="none", description="question-time stage: none or tgvkv (TGV-KV)"),
         DeclareLaunchArgument("image_topic", default_value="image", description="camera topic the 'image' input is remapped to"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (bag replay, simulation)"),
+        DeclareLaunchArgument("lifecycle", default_value="false",
+                              description="true: a managed (lifecycle) node, unconfigured until configure; false: the plain node"),
     ]
-    node = Node(
+    lifecycle = LaunchConfiguration("lifecycle")
+    # One description of the node; only the action type and its condition differ.
+    node = dict(
         package="videokv_node",
         executable="videokv_node",
         name="videokv",
@@ -42,8 +51,12 @@ def generate_launch_description() -> LaunchDescription:
                 "memory.policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
                 "memory.question_stage": ParameterValue(LaunchConfiguration("question_stage"), value_type=str),
                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
+                "lifecycle": ParameterValue(lifecycle, value_type=bool),
             },
         ],
         remappings=[("image", LaunchConfiguration("image_topic"))],
     )
-    return LaunchDescription(args + [node])
+    return LaunchDescription(args + [
+        Node(condition=UnlessCondition(lifecycle), **node),
+        LifecycleNode(condition=IfCondition(lifecycle), **node),
+    ])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import re
+import runpy
+import sys
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from videokv_node.ros.params import NodeSettings, Settings, declare_and_read, pa
 REPO = Path(__file__).resolve().parents[2]
 YAML = REPO / "config" / "memory.yaml"
 LAUNCH = REPO / "launch" / "memory.launch.py"
+README = REPO / "README.md"
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -142,7 +146,7 @@ def _keyword(call: ast.Call, name: str):
 
 def test_launch_file_declares_the_documented_arguments_and_agrees_on_qos():
     declared = _launch_arguments()
-    assert {"namespace", "params_file", "model", "policy", "question_stage", "image_topic", "use_sim_time"} <= set(declared)
+    assert {"namespace", "params_file", "model", "policy", "question_stage", "image_topic", "use_sim_time", "lifecycle"} <= set(declared)
     # The launch file must not override the camera QoS: the node default (sensor_data) holds.
     assert "camera_qos" not in LAUNCH.read_text()
     assert parameter_table()["camera_qos"][2] == "sensor_data"
@@ -181,3 +185,66 @@ def test_only_the_runtime_parameters_are_writable(monkeypatch):
         assert d.description.endswith("(writable at run time)" if name in RUNTIME else "needs a restart)"), name
     header = YAML.read_text().split("/**:")[0]
     assert all(name in header for name in RUNTIME)
+
+
+class _Recorded:
+    """Stands for any class of launch / launch_ros (not installable here): keeps its arguments."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.kwargs = args, kwargs
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and (self.args, self.kwargs) == (other.args, other.kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{self.args}{self.kwargs}"
+
+
+def _stub_module(name: str) -> types.ModuleType:
+    """A module whose every attribute is a _Recorded subclass of that name (the same class each time)."""
+    module = types.ModuleType(name)
+    classes: dict[str, type] = {}
+    module.__getattr__ = lambda attr: classes.setdefault(attr, type(attr, (_Recorded,), {}))
+    return module
+
+
+@pytest.fixture()
+def launch_description(monkeypatch):
+    """generate_launch_description() run against recording stand-ins of launch and launch_ros."""
+    for name in ("launch", "launch.actions", "launch.conditions", "launch.substitutions", "launch_ros",
+                 "launch_ros.actions", "launch_ros.parameter_descriptions", "launch_ros.substitutions"):
+        monkeypatch.setitem(sys.modules, name, _stub_module(name))
+    description = runpy.run_path(str(LAUNCH))["generate_launch_description"]()
+    return description.args[0], sys.modules
+
+
+def test_launch_starts_the_plain_or_the_lifecycle_node_by_the_lifecycle_argument(launch_description):
+    entities, modules = launch_description
+    actions, conditions, substitutions = modules["launch_ros.actions"], modules["launch.conditions"], modules["launch.substitutions"]
+    lifecycle = substitutions.LaunchConfiguration("lifecycle")
+    nodes = [e for e in entities if type(e).__name__ in ("Node", "LifecycleNode")]
+    assert sorted(type(n).__name__ for n in nodes) == ["LifecycleNode", "Node"]
+    plain = next(n for n in nodes if isinstance(n, actions.Node))
+    managed = next(n for n in nodes if isinstance(n, actions.LifecycleNode))
+    # Exactly one of them starts, by the argument; otherwise they are the same node.
+    assert plain.kwargs.pop("condition") == conditions.UnlessCondition(lifecycle)
+    assert managed.kwargs.pop("condition") == conditions.IfCondition(lifecycle)
+    assert plain.kwargs == managed.kwargs
+    assert (plain.kwargs["name"], plain.kwargs["executable"]) == ("videokv", "videokv_node")
+    assert plain.kwargs["namespace"] == substitutions.LaunchConfiguration("namespace")
+    overrides = plain.kwargs["parameters"][1]
+    value_of = modules["launch_ros.parameter_descriptions"].ParameterValue
+    # The node reads the same choice as its `lifecycle` parameter (main picks the class by it).
+    assert overrides["lifecycle"] == value_of(lifecycle, value_type=bool)
+    assert overrides["use_sim_time"] == value_of(substitutions.LaunchConfiguration("use_sim_time"), value_type=bool)
+    assert plain.kwargs["remappings"] == [("image", substitutions.LaunchConfiguration("image_topic"))]
+    assert _keyword(_launch_arguments()["lifecycle"], "default_value") == str(parameter_table()["lifecycle"][2]).lower()
+
+
+def test_every_launch_argument_is_documented_in_the_readme(launch_description):
+    entities, _ = launch_description
+    declared = [e.args[0] for e in entities if type(e).__name__ == "DeclareLaunchArgument"]
+    assert declared == list(_launch_arguments())  # the ast view and the evaluated one agree
+    readme = README.read_text()
+    missing = [name for name in declared if not re.search(rf"^\| `{name}` \|", readme, re.MULTILINE)]
+    assert not missing, f"launch arguments without a row in the README's launch table: {missing}"

@@ -37,6 +37,10 @@ class DiagnosticsPublisher:
         self.monitor = HealthMonitor(cameras, HealthConfig(s.diagnostics_silence_warn_s, s.diagnostics_silence_error_s))
         self._pub = node.create_publisher(DiagnosticArray, TOPIC, 10)
 
+    def destroy(self) -> None:
+        """Remove the publisher (the node is deactivated); the monitor's history goes with this object."""
+        self.node.destroy_publisher(self._pub)
+
     def frame_received(self, camera: str) -> None:
         """A frame arrived on ``camera`` now (node clock)."""
         self.monitor.frame_received(camera, self.node.get_clock().now().nanoseconds)

@@ -5,21 +5,32 @@ the ``ModelWorker``; no callback ever runs the model. Camera callbacks share one
 mutually exclusive group; the services, the ``~/ask`` action and the stats timer
 have their own groups, so a question is accepted while frames keep arriving, on a
 MultiThreadedExecutor.
+
+``VideoKVMixin`` holds the node's work as the steps of a ROS 2 managed node
+(configure, activate, deactivate, cleanup, shutdown). ``VideoKVNode`` (plain) runs
+configure and activate in its constructor and shutdown when destroyed;
+``ros/lifecycle.py``'s ``VideoKVLifecycleNode`` runs each step on its transition.
+``main`` starts one or the other by the ``lifecycle`` parameter.
 """
 
 from __future__ import annotations
 
+import gc
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 
 import rclpy
 import torch
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qos_profile_system_default
@@ -39,6 +50,7 @@ from videokv_node.memory.question import Frame, RequestError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher
+from videokv_node.ros.health import device_memory
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 
@@ -49,72 +61,206 @@ QOS = {
 }
 WARN_THROTTLE_S = 5.0
 CANCEL_POLL_S = 0.05  # how often a queued goal looks for a cancel request
+NODE_NAME = "videokv"
 
 
 class _Cancelled(Exception):
     """Raised from ``on_token`` to stop a goal's generation early (canceled or timed out)."""
 
 
-class VideoKVNode(Node):
-    """Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask`` (service and
-    streaming action), ``~/reset``, ``~/save_memory`` and ``~/load_memory``."""
+class VideoKVMixin:
+    """The node's work, as the steps of a managed node; mixed into an rclpy ``Node`` or ``LifecycleNode``.
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__("videokv", **kwargs)
-        self.settings: Settings = declare_and_read(self)
-        s = self.settings.node
+    States and what each holds (the attributes are None where not held):
+
+    - unconfigured: nothing but the declared parameters;
+    - configured (inactive): the model (``adapter``), the memory (``engine``, or after a
+      deactivation its contents parked on host disk in ``_parked``), the sampler, the counters;
+    - active: also the model worker thread and every ROS entity that brings work in or
+      answers: camera subscriptions, services, the ``~/ask`` action, publishers and timers.
+
+    Deactivation destroys those entities (so an inactive node ingests nothing and its
+    services are gone, not refusing: a client's ``wait_for_service`` says it is not
+    there), joins the worker, and frees the memory's device (and host arena) memory by
+    parking its whole state as a snapshot in a private temporary directory; activation
+    restores it, so deactivate/activate loses nothing. The model's weights stay loaded
+    until cleanup. Whatever releases the memory (cleanup, shutdown) writes
+    ``memory.snapshot_on_shutdown`` first if it is set.
+    """
+
+    def _init_steps(self) -> None:
+        """Called first by the node's constructor: nothing is held yet."""
+        self.settings: Settings | None = None
+        self.adapter = None
+        self.engine: VideoMemoryEngine | None = None
+        self.worker: ModelWorker | None = None
+        self.sampler: FrameSampler | None = None
+        self._parked: Path | None = None  # snapshot directory of the memory while inactive after a deactivation
+        self._io: list = []  # (destroy function, entity) of what activate created
+        self._diagnostics: DiagnosticsPublisher | None = None
+        self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
+        self._lock = threading.Lock()
+
+    # --- configure: model and memory ---------------------------------------
+    def configure_step(self, settings: Settings) -> None:
+        """Load the model and build the memory; raises ConfigError or ModelLoadError with nothing held."""
+        s = settings.node
         log = self.get_logger()
         if s.torch_threads > 0:
             torch.set_num_threads(s.torch_threads)
         log.info(f"loading model {s.model!r} on device {s.device!r}")
-        adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
-        self.engine = VideoMemoryEngine(adapter, self.settings.memory, self.settings.generation)
-        self.worker = ModelWorker(
-            self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error
-        )
-        self.sampler = FrameSampler(self.settings.sampler)
+        try:
+            self.adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
+            self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
+        except BaseException:
+            self.engine = self.adapter = None
+            _free_device_memory()
+            raise
+        self.settings = settings
+        self.sampler = FrameSampler(settings.sampler)
+        with self._lock:
+            self._counters = dict.fromkeys(self._counters, 0)
         self._restore_on_start()
-        self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
-        self._lock = threading.Lock()
+        mem = settings.memory
+        log.info(
+            f"configured: policy {mem.policy}, {self.adapter.tokens_per_frame} tokens/frame, budget {mem.budget_tokens} "
+            f"tokens resident + {self.engine.stats().budget_offload_bytes} bytes offload, sample_fps {settings.sampler.sample_fps}"
+        )
+
+    # --- activate: work in, answers out --------------------------------------
+    def activate_step(self) -> None:
+        """Bring back a parked memory, start the worker, create subscriptions, services, action and timers.
+
+        A parked memory that cannot be restored raises SnapshotError (or ConfigError for a
+        budget set while inactive that does not hold) and stays parked.
+        """
+        if self._parked is not None:
+            self._unpark()
+        s = self.settings.node
+        log = self.get_logger()
+        self.worker = ModelWorker(self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error)
 
         camera_group = MutuallyExclusiveCallbackGroup()
         qos = QOS[s.camera_qos]
         if s.camera_qos_depth > 0:
             qos = QoSProfile(history=qos.history, depth=s.camera_qos_depth, reliability=qos.reliability,
                              durability=qos.durability)
-        self._camera_subscriptions = []
         for topic in dict.fromkeys(s.image_topics + s.compressed_topics):
             compressed = topic in s.compressed_topics or topic.endswith("/compressed")
             msg_type = CompressedImage if compressed else Image
             camera = self.resolve_topic_name(topic)
-            sub = self.create_subscription(
+            self._keep(self.destroy_subscription, self.create_subscription(
                 msg_type, topic, lambda msg, c=camera, z=compressed: self.image_callback(msg, c, z),
                 qos, callback_group=camera_group,
-            )
-            self._camera_subscriptions.append(sub)
+            ))
             log.info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")
 
         service_group = ReentrantCallbackGroup()
-        self.create_service(AskVideo, "~/ask", self.ask_callback, callback_group=service_group)
-        self.create_service(Trigger, "~/reset", self.reset_callback, callback_group=service_group)
-        self.create_service(SaveMemory, "~/save_memory", self.save_callback, callback_group=service_group)
-        self.create_service(LoadMemory, "~/load_memory", self.load_callback, callback_group=service_group)
+        for srv_type, name, callback in ((AskVideo, "~/ask", self.ask_callback), (Trigger, "~/reset", self.reset_callback),
+                                         (SaveMemory, "~/save_memory", self.save_callback),
+                                         (LoadMemory, "~/load_memory", self.load_callback)):
+            self._keep(self.destroy_service, self.create_service(srv_type, name, callback, callback_group=service_group))
         # Actions have their own name space (<name>/_action/...): no clash with the ~/ask service.
-        self._ask_action = ActionServer(
+        action = ActionServer(
             self, AskVideoAction, "~/ask", execute_callback=self.ask_execute_callback,
             goal_callback=self.ask_goal_callback, cancel_callback=self.ask_cancel_callback,
             callback_group=service_group,
         )
+        self._keep(lambda a: a.destroy(), action)
         self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
-        self.create_timer(s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup())
-        self.add_on_set_parameters_callback(self.parameters_callback)
+        self._keep(self.destroy_publisher, self._stats_pub)
+        self._keep(self.destroy_timer, self.create_timer(
+            s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup()))
         self._diagnostics = DiagnosticsPublisher(self)
-        self.create_timer(s.diagnostics_period_s, self.diagnostics_callback, callback_group=MutuallyExclusiveCallbackGroup())
-        mem = self.settings.memory
-        log.info(
-            f"ready: policy {mem.policy}, {adapter.tokens_per_frame} tokens/frame, budget {mem.budget_tokens} tokens "
-            f"resident + {self.engine.stats().budget_offload_bytes} bytes offload, sample_fps {self.settings.sampler.sample_fps}"
+        self._keep(lambda d: d.destroy(), self._diagnostics)
+        self._keep(self.destroy_timer, self.create_timer(
+            s.diagnostics_period_s, self.diagnostics_callback, callback_group=MutuallyExclusiveCallbackGroup()))
+        log.info("active: ingesting frames and answering questions")
+
+    def _keep(self, destroy, entity) -> None:
+        self._io.append((destroy, entity))
+
+    # --- deactivate: stop work, free the memory's device memory ---------------
+    def deactivate_step(self) -> dict[str, int]:
+        """Stop all work, park the memory on host disk and free its device memory; returns the figures logged."""
+        self._stop_work()
+        stats = self.engine.stats()
+        device = str(self.adapter.device)
+        before = device_memory(device)
+        info = self._park()
+        after = device_memory(device)
+        figures = {"resident_bytes_before": stats.bytes_resident, "offloaded_bytes_before": stats.bytes_offloaded,
+                   "resident_bytes_after": 0, "offloaded_bytes_after": 0, "parked_bytes": info.bytes}
+        for key in before.keys() & after.keys():
+            if key != "device_memory":
+                figures[f"{key}_before"], figures[f"{key}_after"] = int(before[key]), int(after[key])
+        self.get_logger().info(
+            f"inactive: memory parked on host disk ({info.blocks} blocks, {info.bytes} bytes in {self._parked}); freed "
+            f"KV resident on {device} {stats.bytes_resident} -> 0 bytes, host arena {stats.bytes_offloaded} -> 0 bytes"
+            + "".join(f", {k} {before[k]} -> {after[k]}" for k in sorted(before.keys() & after.keys()) if k != "device_memory")
         )
+        return figures
+
+    def _stop_work(self) -> None:
+        """Destroy what activate created (no new callback starts), then join the worker (its queue fails)."""
+        io, self._io = self._io, []
+        for destroy, entity in reversed(io):
+            destroy(entity)
+        self._diagnostics = None
+        if self.worker is not None:
+            self.worker.stop(timeout=None)  # the engine must be idle before anything else touches it
+            self.worker = None
+
+    def _park(self):
+        """Save the memory to a private temporary directory and close the engine (its device memory goes)."""
+        self._parked = Path(tempfile.mkdtemp(prefix="videokv-parked-")) / "memory"
+        try:
+            info = save_snapshot(self.engine, self._parked)
+        except BaseException:
+            shutil.rmtree(self._parked.parent, ignore_errors=True)
+            self._parked = None
+            raise
+        self.engine.close()
+        self.engine = None
+        _free_device_memory()
+        return info
+
+    def _unpark(self) -> None:
+        """Rebuild the engine from the current settings and load the parked memory into it."""
+        engine = VideoMemoryEngine(self.adapter, self.settings.memory, self.settings.generation)
+        try:
+            info = load_snapshot(engine, self._parked)
+        except BaseException:
+            engine.close()
+            raise
+        self.engine = engine
+        shutil.rmtree(self._parked.parent, ignore_errors=True)
+        self._parked = None
+        self.get_logger().info(f"memory restored from parking: {info.blocks} blocks, {self.engine.stats().bytes_resident} bytes resident")
+
+    # --- cleanup and shutdown: release everything -------------------------------
+    def cleanup_step(self) -> None:
+        """Release the memory (snapshot_on_shutdown first, if set) and the model; back to unconfigured
+        (parameters are read again at the next configure)."""
+        self._stop_work()
+        if self._parked is not None and self.settings.memory.snapshot_on_shutdown:
+            try:
+                self._unpark()  # the shutdown snapshot is written from a live engine, like any other
+            except (SnapshotError, ConfigError, OSError) as exc:
+                self.get_logger().error(f"parked memory not restored for the shutdown snapshot: {exc}")
+        if self.engine is not None:
+            self._snapshot_on_shutdown()  # the worker has stopped: nothing else touches the engine
+            self.engine.close()
+        if self._parked is not None:
+            shutil.rmtree(self._parked.parent, ignore_errors=True)
+        self.engine = self.adapter = self.sampler = self._parked = self.settings = None
+        _free_device_memory()
+        self.get_logger().info("memory and model released")
+
+    def shutdown_step(self) -> None:
+        """From any state: stop work, write snapshot_on_shutdown if configured, release everything."""
+        if self.adapter is not None:
+            self.cleanup_step()
 
     # --- cameras ----------------------------------------------------------
     def image_callback(self, msg, camera: str, compressed: bool) -> None:
@@ -125,7 +271,8 @@ class VideoKVNode(Node):
         of that guarantee.
         """
         self._count("received")
-        self._diagnostics.frame_received(camera)
+        if diagnostics := self._diagnostics:  # None once deactivation has begun
+            diagnostics.frame_received(camera)
         try:
             rgb = conversions.compressed_to_rgb(msg) if compressed else conversions.image_to_rgb(msg)
         except ImageDecodeError as exc:
@@ -143,8 +290,11 @@ class VideoKVNode(Node):
         if decision is SampleDecision.RESET:
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
-        if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):
-            self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
+        try:
+            if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):
+                self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
+        except WorkerStopped:  # deactivated while this frame was on its way
+            self._drop(f"dropped a frame from {camera}: the node is being deactivated")
 
     def _ingest_error(self, exc: Exception) -> None:
         self._drop(f"the model failed on a frame: {exc!r}")
@@ -333,12 +483,21 @@ class VideoKVNode(Node):
 
     # --- run-time parameters (params.RUNTIME) -------------------------------
     def parameters_callback(self, params) -> SetParametersResult:
-        """Check the whole new configuration as at start, then apply it; a refusal gives the reason, nothing changed."""
+        """Check the whole new configuration as at start, then apply it; a refusal gives the reason, nothing changed.
+
+        Unconfigured (lifecycle node): every change is taken as it is; configure reads and
+        checks the whole configuration. Inactive with the memory parked: checked here, the
+        memory's new budget applies when activate rebuilds the engine.
+        """
+        if self.settings is None:
+            return SetParametersResult(successful=True)
         try:
             new = settings_with(self, params)
-            if (new.memory, new.generation) != (self.settings.memory, self.settings.generation):
+            if self.engine is not None and (new.memory, new.generation) != (self.settings.memory, self.settings.generation):
                 self.engine.check_budget(new.memory)  # refuse here, with the reason, before queueing anything
-                self._on_worker(lambda: self.engine.reconfigure(new.memory, new.generation))
+                engine = self.engine
+                apply = lambda: engine.reconfigure(new.memory, new.generation)  # noqa: E731
+                self._on_worker(apply) if self.worker is not None else apply()
         except (ConfigError, WorkerBusy, WorkerStopped) as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         self.sampler.set_config(new.sampler)
@@ -379,12 +538,57 @@ class VideoKVNode(Node):
         self._count("dropped")
         self.get_logger().warn(message, throttle_duration_sec=WARN_THROTTLE_S)
 
+
+
+class VideoKVNode(VideoKVMixin, Node):
+    """The plain node: configured and active from construction to destruction.
+
+    Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask`` (service and
+    streaming action), ``~/reset``, ``~/save_memory`` and ``~/load_memory``.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self._init_steps()
+        self.configure_step(declare_and_read(self))
+        self.activate_step()
+        self.add_on_set_parameters_callback(self.parameters_callback)
+
     def destroy_node(self) -> None:
         """Join the worker, snapshot the memory if configured, and release device memory before the node goes."""
-        self.worker.stop()
-        self._snapshot_on_shutdown()  # the worker has stopped: nothing else touches the engine
-        self.engine.close()
+        self.shutdown_step()
         super().destroy_node()
+
+
+def _free_device_memory() -> None:
+    """Return freed tensors' device memory to the driver, so the figures (and other processes) see it."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def wants_lifecycle() -> bool:
+    """The ``lifecycle`` parameter (command line or params file), read before the node is made.
+
+    A short-lived node of the same name reads it, so remapping and params files apply
+    as to the real node; it has no parameter services and no rosout.
+    """
+    probe = Node(NODE_NAME, start_parameter_services=False, enable_rosout=False)
+    try:
+        return bool(probe.declare_parameter("lifecycle", False).value)
+    except ParameterException as exc:
+        raise ConfigError(str(exc)) from exc
+    finally:
+        probe.destroy_node()
+
+
+def make_node() -> Node:
+    """The plain node, or the lifecycle node (unconfigured) when the ``lifecycle`` parameter is true."""
+    if wants_lifecycle():
+        from videokv_node.ros.lifecycle import VideoKVLifecycleNode
+
+        return VideoKVLifecycleNode()
+    return VideoKVNode()
 
 
 def main(args=None) -> int:
@@ -392,17 +596,18 @@ def main(args=None) -> int:
     node = None
     code = 0
     try:
-        node = VideoKVNode()
-        executor = MultiThreadedExecutor(num_threads=4 + node.settings.node.max_pending_questions)
+        node = make_node()
+        # The lifecycle node may be unconfigured: the parameter is declared, its settings not yet read.
+        executor = MultiThreadedExecutor(num_threads=4 + node.get_parameter("max_pending_questions").value)
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except (ConfigError, ModelLoadError) as exc:
-        rclpy.logging.get_logger("videokv").fatal(f"cannot start: {exc}")
+        rclpy.logging.get_logger(NODE_NAME).fatal(f"cannot start: {exc}")
         code = 1
     finally:
-        # A second Ctrl-C must not interrupt the cleanup half-way (the worker join is bounded).
+        # A second Ctrl-C must not interrupt the cleanup half-way (the worker finishes its current job).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             node.destroy_node()

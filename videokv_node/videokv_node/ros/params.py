@@ -8,7 +8,10 @@ Parameters in ``RUNTIME`` may be set while the node runs (``ros2 param set``): t
 node checks the whole new configuration with ``settings_with`` (the dataclasses'
 own checks, as at start) and refuses a bad value with the reason. Every other
 parameter is read-only: a change of model, device, policy, topics, QoS, queues,
-host arena or any policy's hyper-parameters needs a restart.
+host arena or any policy's hyper-parameters needs a restart. On the lifecycle node
+(``lifecycle: true``) a restart is cleanup then configure: there every parameter but
+``lifecycle`` may be set while the node is unconfigured (the node's callback refuses
+the others in every other state), and configure reads and checks them all.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ INT64_MAX = 2**63 - 1
 class NodeSettings:
     """What the node itself uses (the rest goes to the library's configs)."""
 
+    lifecycle: bool = False  # start as a managed (lifecycle) node, unconfigured; read before the node is made
     model: str = "tiny"  # 'tiny', 'tiny-qwen2.5-vl' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory
     device: str = "auto"  # auto, cpu, cuda:N
     dtype: str = "auto"  # auto, float32, float16, bfloat16
@@ -82,6 +86,7 @@ RUNTIME = frozenset({
 })
 
 _DESCRIPTIONS = {
+    "lifecycle": "start as a managed (lifecycle) node: unconfigured until configure, working only while active",
     "model": "'tiny' or 'tiny-qwen2.5-vl' (seeded random weights, no files), or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory",
     "device": "auto (first CUDA device, else CPU), cpu or cuda:N",
     "dtype": "auto (bf16/fp16 on GPU, fp32 on CPU), float32, float16 or bfloat16",
@@ -213,10 +218,16 @@ def parameter_table() -> dict[str, tuple[type, str, object]]:
             for name, cls, field_name, default in _leaves(prefix, section)}
 
 
-def _descriptor(name: str, default: object) -> ParameterDescriptor:
+def _descriptor(name: str, default: object, lifecycle: bool = False) -> ParameterDescriptor:
     writable = name in RUNTIME
-    suffix = " (writable at run time)" if writable else " (read-only: a change needs a restart)"
-    d = ParameterDescriptor(description=_DESCRIPTIONS.get(name, name) + suffix, read_only=not writable)
+    if writable:
+        suffix = " (writable at run time)"
+    elif lifecycle and name != "lifecycle":
+        suffix = " (writable while unconfigured; read at configure)"
+    else:
+        suffix = " (read-only: a change needs a restart)"
+    d = ParameterDescriptor(description=_DESCRIPTIONS.get(name, name) + suffix,
+                            read_only=not (writable or suffix.startswith(" (writable while unconfigured")))
     if isinstance(default, bool):
         return d
     if isinstance(default, int):
@@ -232,17 +243,29 @@ def _descriptor(name: str, default: object) -> ParameterDescriptor:
 
 def declare_and_read(node: Node) -> Settings:
     """Declare every parameter and build validated settings; raises ConfigError with the bad field."""
-    values: dict[str, object] = {}
+    declare(node)
+    return read_settings(node)
+
+
+def declare(node: Node, lifecycle: bool = False) -> None:
+    """Declare every parameter with its descriptor (``lifecycle``: writable while unconfigured).
+
+    Raises ConfigError naming the parameter whose given value has the wrong type or is
+    outside the descriptor's range; the values' consistency is ``read_settings``' check.
+    """
     for name, (_, _, default) in parameter_table().items():
         try:
             if isinstance(default, list):
-                param = node.declare_parameter(name, Parameter.Type.STRING_ARRAY, _descriptor(name, default))
-                values[name] = tuple(param.value if param.value is not None else default)
+                node.declare_parameter(name, Parameter.Type.STRING_ARRAY, _descriptor(name, default, lifecycle))
             else:
-                values[name] = node.declare_parameter(name, default, _descriptor(name, default)).value
+                node.declare_parameter(name, default, _descriptor(name, default, lifecycle))
         except ParameterException as exc:  # wrong type or outside the descriptor's range; names the parameter
             raise ConfigError(str(exc)) from exc
-    return _settings(values)
+
+
+def read_settings(node: Node) -> Settings:
+    """Validated settings from the declared parameters; raises ConfigError with the reason."""
+    return settings_with(node, [])
 
 
 def settings_with(node: Node, changes: list[Parameter]) -> Settings:
@@ -256,7 +279,7 @@ def settings_with(node: Node, changes: list[Parameter]) -> Settings:
         if param.name not in values:
             raise ConfigError(f"unknown parameter {param.name!r}")
         if param.name not in RUNTIME:
-            raise ConfigError(f"{param.name} is read-only: a change needs a restart")
+            raise ConfigError(f"{param.name} is read-only: a change needs a restart (lifecycle node: cleanup, set, configure)")
         values[param.name] = param.value
     return _settings(values)
 
