@@ -24,7 +24,11 @@ STAMP="$WS/install/.videokv-build.sha256"
 say() { printf '[build] %s\n' "$*"; }
 die() { printf '[build] error: %s\n' "$*" >&2; exit 1; }
 
-[[ -x "$VENV/bin/colcon" ]] || die "no colcon in $VENV; run scripts/setup_env.sh (or make setup) first"
+COLCON="$VENV/bin/colcon"
+if [[ "${VIDEOKV_ROS:-wheels}" == system && ! -x "$COLCON" ]]; then
+    COLCON="$(command -v colcon || true)"   # ROS 2 from /opt/ros (setup_env.sh): its colcon
+fi
+[[ -n "$COLCON" && -x "$COLCON" ]] || die "no colcon in $VENV; run scripts/setup_env.sh (or make setup) first"
 
 # Inputs of the build, as (path, content hash) lines; -L follows the videokv_node symlinks.
 inputs_hash() {
@@ -73,7 +77,7 @@ for d in build install; do
 done
 # status-: no live status line (it floods CI logs). A failing package's full output is
 # printed below.
-if ! colcon build \
+if ! "$COLCON" build \
         --symlink-install \
         --base-paths src \
         --build-base build --install-base install \

