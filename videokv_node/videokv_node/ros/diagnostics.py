@@ -27,6 +27,12 @@ def to_diagnostic_array(statuses: list[Status], stamp, hardware_id: str) -> Diag
     return msg
 
 
+def health_config(s) -> HealthConfig:
+    """The monitor's thresholds from the node's settings (NodeSettings.diagnostics_*)."""
+    return HealthConfig(silence_warn_s=s.diagnostics_silence_warn_s, silence_error_s=s.diagnostics_silence_error_s,
+                        drop_warn_ratio=s.diagnostics_drop_warn_ratio)
+
+
 class DiagnosticsPublisher:
     """Owns the node's HealthMonitor and the ``/diagnostics`` publisher; the node calls ``publish`` from a timer."""
 
@@ -34,7 +40,7 @@ class DiagnosticsPublisher:
         s = node.settings.node
         self.node = node
         cameras = [node.resolve_topic_name(t) for t in dict.fromkeys(s.image_topics + s.compressed_topics)]
-        self.monitor = HealthMonitor(cameras, HealthConfig(s.diagnostics_silence_warn_s, s.diagnostics_silence_error_s))
+        self.monitor = HealthMonitor(cameras, health_config(s))
         self._pub = node.create_publisher(DiagnosticArray, TOPIC, 10)
 
     def destroy(self) -> None:

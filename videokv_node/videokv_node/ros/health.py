@@ -9,7 +9,7 @@ keeps a sliding window on the node clock only (never wall time), so it follows
 Levels and reasons:
 - camera ERROR when silent longer than ``silence_error_s``, WARN longer than
   ``silence_warn_s``; a camera that sends again is OK at the next report (no restart);
-- memory WARN when more than ``DROP_WARN_RATIO`` of the sampled frames in the window
+- memory WARN when more than ``drop_warn_ratio`` (default ``DROP_WARN_RATIO``) of the sampled frames in the window
   were dropped from the full frame queue (ingest falls behind the sample rate);
 - memory WARN when blocks were evicted in the window (budget exhausted: the memory
   is at its cap and forgets);
@@ -45,10 +45,13 @@ class HealthConfig:
     silence_warn_s: float = 2.0  # a camera silent longer than this is WARN
     silence_error_s: float = 5.0  # ... and longer than this ERROR
     window_s: float = 5.0  # rates are averaged over this much node-clock time
+    drop_warn_ratio: float = DROP_WARN_RATIO  # WARN above this share of sampled frames dropped from the full queue
 
     def __post_init__(self) -> None:
         if not 0 < self.silence_warn_s <= self.silence_error_s:
             raise ValueError("need 0 < diagnostics_silence_warn_s <= diagnostics_silence_error_s")
+        if not 0 <= self.drop_warn_ratio < 1:
+            raise ValueError("diagnostics_drop_warn_ratio must be in [0, 1)")
         if self.window_s <= 0:
             raise ValueError("window_s must be > 0")
 
@@ -101,6 +104,11 @@ class HealthMonitor:
         self._arrivals: dict[str, deque[int]] = {c: deque() for c in cameras}  # receive times in the window
         self._last_seen: dict[str, int | None] = {c: None for c in cameras}
         self._totals: deque[_Totals] = deque()
+
+    def set_config(self, config: HealthConfig) -> None:
+        """New thresholds (run-time parameters), used from the next report; the history is kept."""
+        with self._lock:
+            self.config = config
 
     def add_camera(self, camera: str) -> None:
         with self._lock:
@@ -193,10 +201,10 @@ class HealthMonitor:
         if not worker_alive:
             level = Level.ERROR
             reasons.append("model worker stopped: nothing is ingested")
-        if overflow_ratio > DROP_WARN_RATIO:
+        if overflow_ratio > self.config.drop_warn_ratio:
             level = max(level, Level.WARN)
             reasons.append(f"ingest falling behind the sample rate: {overflow_ratio:.0%} of sampled frames dropped "
-                           f"from the full queue (> {DROP_WARN_RATIO:.0%})")
+                           f"from the full queue (> {self.config.drop_warn_ratio:.0%})")
         if evicted > 0:
             level = max(level, Level.WARN)
             reasons.append(f"budget exhausted: {evicted} blocks evicted in the last {span:.1f} s")

@@ -49,7 +49,7 @@ from videokv_node.memory.snapshot import SnapshotError, load_snapshot, resolve_s
 from videokv_node.memory.question import Frame, RequestError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
-from videokv_node.ros.diagnostics import DiagnosticsPublisher
+from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
 from videokv_node.ros.health import device_memory
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
@@ -98,6 +98,7 @@ class VideoKVMixin:
         self._parked: Path | None = None  # snapshot directory of the memory while inactive after a deactivation
         self._io: list = []  # (destroy function, entity) of what activate created
         self._diagnostics: DiagnosticsPublisher | None = None
+        self._diagnostics_timer = None
         self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
         self._lock = threading.Lock()
 
@@ -173,8 +174,9 @@ class VideoKVMixin:
             s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup()))
         self._diagnostics = DiagnosticsPublisher(self)
         self._keep(lambda d: d.destroy(), self._diagnostics)
-        self._keep(self.destroy_timer, self.create_timer(
-            s.diagnostics_period_s, self.diagnostics_callback, callback_group=MutuallyExclusiveCallbackGroup()))
+        self._diagnostics_timer = self.create_timer(
+            s.diagnostics_period_s, self.diagnostics_callback, callback_group=MutuallyExclusiveCallbackGroup())
+        self._keep(self.destroy_timer, self._diagnostics_timer)
         log.info("active: ingesting frames and answering questions")
 
     def _keep(self, destroy, entity) -> None:
@@ -206,7 +208,7 @@ class VideoKVMixin:
         io, self._io = self._io, []
         for destroy, entity in reversed(io):
             destroy(entity)
-        self._diagnostics = None
+        self._diagnostics = self._diagnostics_timer = None
         if self.worker is not None:
             self.worker.stop(timeout=None)  # the engine must be idle before anything else touches it
             self.worker = None
@@ -501,6 +503,10 @@ class VideoKVMixin:
         except (ConfigError, WorkerBusy, WorkerStopped) as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         self.sampler.set_config(new.sampler)
+        if self._diagnostics is not None:  # active: new thresholds from the next report, the new period from the next tick
+            self._diagnostics.monitor.set_config(health_config(new.node))
+            if new.node.diagnostics_period_s != self.settings.node.diagnostics_period_s:
+                self._diagnostics_timer.timer_period_ns = int(new.node.diagnostics_period_s * 1e9)
         self.settings = new
         self.get_logger().info("parameters set: " + ", ".join(f"{p.name}={p.value}" for p in params))
         return SetParametersResult(successful=True)

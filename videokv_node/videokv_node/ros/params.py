@@ -52,6 +52,7 @@ class NodeSettings:
     diagnostics_period_s: float = 1.0  # period of /diagnostics
     diagnostics_silence_warn_s: float = 2.0  # a camera silent longer than this is WARN on /diagnostics
     diagnostics_silence_error_s: float = 5.0  # ... and longer than this ERROR
+    diagnostics_drop_warn_ratio: float = 0.10  # WARN above this share of sampled frames dropped from the full frame queue
 
     def __post_init__(self) -> None:
         # ROS parameter files cannot hold an empty string array, so [""] stands for "none".
@@ -67,6 +68,8 @@ class NodeSettings:
             raise ConfigError("question_timeout_s and stats_period_s must be > 0")
         if self.diagnostics_period_s <= 0 or not 0 < self.diagnostics_silence_warn_s <= self.diagnostics_silence_error_s:
             raise ConfigError("need diagnostics_period_s > 0 and 0 < diagnostics_silence_warn_s <= diagnostics_silence_error_s")
+        if not 0 <= self.diagnostics_drop_warn_ratio < 1:
+            raise ConfigError("diagnostics_drop_warn_ratio must be in [0, 1)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +82,12 @@ class Settings:
 
 # Writable at run time. Safe because each is read afresh where used: the sampler's config
 # under its lock, the node's timeout per request, the engine's budget, question and
-# generation limits on the model thread between two frames (a smaller budget evicts at once).
+# generation limits on the model thread between two frames (a smaller budget evicts at once),
+# the health monitor's thresholds under its lock, the diagnostics timer's period by rcl.
 RUNTIME = frozenset({
     "sample_fps", "sample_tolerance_s", "question_timeout_s", "max_new_tokens", "max_new_tokens_limit",
     "memory.budget_tokens", "memory.max_question_tokens", "memory.retrieve_frames",
+    "diagnostics_period_s", "diagnostics_silence_warn_s", "diagnostics_silence_error_s", "diagnostics_drop_warn_ratio",
 })
 
 _DESCRIPTIONS = {
@@ -103,6 +108,7 @@ _DESCRIPTIONS = {
     "diagnostics_period_s": "period of /diagnostics in seconds (node clock)",
     "diagnostics_silence_warn_s": "a camera silent longer than this (node clock) is WARN on /diagnostics",
     "diagnostics_silence_error_s": "a camera silent longer than this (node clock) is ERROR on /diagnostics",
+    "diagnostics_drop_warn_ratio": "memory WARN on /diagnostics above this share of sampled frames dropped from the full queue (ingest behind sample_fps)",
     "sample_fps": "frames per second per camera entering memory, by header stamp; 0 = every frame",
     "sample_tolerance_s": "slack on the sampling period so camera jitter never skips a sample",
     "sample_reset_backward_s": "a stamp jumping back more than this is a clock reset (bag loop), not a stale frame",
@@ -179,6 +185,7 @@ _ZERO_OK = frozenset({
 _UNBOUNDED = frozenset({"sample_fps", "memory.hermes.omega0", "memory.hermes.omega_gamma"})
 # Doubles that the dataclasses check are shares in [0, 1] (some exclude one end; the dataclass says so).
 _FRACTIONS = frozenset({
+    "diagnostics_drop_warn_ratio",
     "memory.streamkv.similarity_threshold", "memory.streamkv.compression_ratio",
     "memory.hermes.shallow_ratio", "memory.hermes.deep_ratio", "memory.hermes.reindex_at",
     "memory.hermes.smoothing_shallow", "memory.hermes.smoothing_middle", "memory.hermes.smoothing_deep",
