@@ -161,8 +161,10 @@ def test_transitions_start_and_stop_work_and_deactivate_frees_the_memory(ros):
         # Deactivated: subscriptions and services gone, memory parked and its device memory freed.
         assert manager.change(Transition.TRANSITION_DEACTIVATE), proc.output()
         assert manager.state() == State.PRIMARY_STATE_INACTIVE
-        freed = wait_log(proc, r"freed KV resident on cpu (\d+) -> 0 bytes, host arena (\d+) -> 0 bytes")
-        assert int(freed.group(1)) == resident  # the figure ~/memory_stats showed while active
+        freed = wait_log(proc, r"freed KV resident on cpu (\d+) -> 0 bytes, host arena (\d+) -> 0 bytes used \(of (\d+) -> 0 reserved")
+        # The figures ~/memory_stats showed while active.
+        assert (int(freed.group(1)), int(freed.group(2)), int(freed.group(3))) == (
+            resident, stats.bytes_offloaded, stats.budget_offload_bytes)
         parked = Path(wait_log(proc, r"memory parked on host disk \(4 blocks, \d+ bytes in (\S+)\)").group(1))
         assert parked.is_dir()
         assert goes_away(lambda: pub.get_subscription_count() > 0)

@@ -51,16 +51,16 @@ class DiagnosticsPublisher:
         """A frame arrived on ``camera`` now (node clock)."""
         self.monitor.frame_received(camera, self.node.get_clock().now().nanoseconds)
 
-    def publish(self, counters: dict[str, int]) -> None:
-        """Report and publish, stamped with the node clock."""
+    def publish(self, counters: dict[str, int], engine, worker) -> None:
+        """Report and publish, stamped with the node clock (engine and worker: the node's, while it is active)."""
         node = self.node
         now = node.get_clock().now()
-        device = str(node.engine.adapter.device)
+        device = str(engine.adapter.device)
         model = ModelInfo(name=node.settings.node.model, device=device,
-                          dtype=str(node.engine.adapter.geometry.dtype).removeprefix("torch."),
+                          dtype=str(engine.adapter.geometry.dtype).removeprefix("torch."),
                           policy=node.settings.memory.policy)
         statuses = self.monitor.report(
-            now.nanoseconds, node.engine.stats(), counters, node.worker.frames_overflowed, node.worker.queue_depth,
-            node.worker.queue_size, model, worker_alive=node.worker.alive, device_memory=device_memory(device),
+            now.nanoseconds, engine.stats(), counters, worker.frames_overflowed, worker.queue_depth,
+            worker.queue_size, model, worker_alive=worker.alive, device_memory=device_memory(device),
         )
         self._pub.publish(to_diagnostic_array(statuses, now.to_msg(), node.get_fully_qualified_name()))

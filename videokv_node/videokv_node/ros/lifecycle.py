@@ -15,8 +15,8 @@ transition, driven through ``<node>/change_state`` (lifecycle_msgs/srv/ChangeSta
     cleanup     write snapshot_on_shutdown if set, release the memory and the model
     shutdown    from any state: as cleanup, from wherever the node is
 
-An exception inside a step is ERROR: rclpy then runs ``on_error``, which releases
-everything and returns the node to unconfigured.
+Any other exception inside a step is logged and the transition is ERROR: rclpy then
+runs ``on_error``, which releases everything and returns the node to unconfigured.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from videokv_node.ros.params import declare, read_settings
 
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
+ERROR = TransitionCallbackReturn.ERROR
 
 
 class VideoKVLifecycleNode(VideoKVMixin, LifecycleNode):
@@ -50,6 +51,8 @@ class VideoKVLifecycleNode(VideoKVMixin, LifecycleNode):
         except (ConfigError, ModelLoadError) as exc:
             self.get_logger().error(f"configure failed, still unconfigured: {exc}")
             return FAILURE
+        except Exception as exc:
+            return self._raised("configure", exc)
         return SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -60,28 +63,44 @@ class VideoKVLifecycleNode(VideoKVMixin, LifecycleNode):
             self._stop_work()
             self.get_logger().error(f"activate failed, still inactive: {exc}")
             return FAILURE
+        except Exception as exc:
+            return self._raised("activate", exc)
         return super().on_activate(state)  # lifecycle publishers (none today) follow the node
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop work and free the memory's device memory (figures logged)."""
-        self.deactivate_step()
+        try:
+            self.deactivate_step()
+        except Exception as exc:
+            return self._raised("deactivate", exc)
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Release the memory and the model."""
-        self.cleanup_step()
+        try:
+            self.cleanup_step()
+        except Exception as exc:
+            return self._raised("cleanup", exc)
         return SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """From any primary state: release everything."""
-        self.shutdown_step()
+        try:
+            self.shutdown_step()
+        except Exception as exc:
+            return self._raised("shutdown", exc)
         return SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         """A step raised: release everything and go back to unconfigured."""
-        self.get_logger().error(f"a transition from {state.label} raised: releasing everything, back to unconfigured")
+        self.get_logger().error(f"a transition from {state.label} failed with an error: releasing everything, back to unconfigured")
         self.shutdown_step()
         return SUCCESS
+
+    def _raised(self, step: str, exc: Exception) -> TransitionCallbackReturn:
+        """rclpy turns an exception into ERROR without a word: say what it was first."""
+        self.get_logger().error(f"{step} raised {exc!r}")
+        return ERROR
 
     def destroy_node(self) -> None:
         """Process exit: release whatever the node still holds (as shutdown)."""

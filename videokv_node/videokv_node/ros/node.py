@@ -183,25 +183,25 @@ class VideoKVMixin:
         self._io.append((destroy, entity))
 
     # --- deactivate: stop work, free the memory's device memory ---------------
-    def deactivate_step(self) -> dict[str, int]:
-        """Stop all work, park the memory on host disk and free its device memory; returns the figures logged."""
+    def deactivate_step(self) -> None:
+        """Stop all work, park the memory on host disk and free its device memory; log the figures before and after.
+
+        The engine's own figures (KV resident on the device, the host arena's used and reserved
+        bytes) drop to zero with it; on CUDA, torch's allocated and reserved bytes on the device
+        are logged too.
+        """
         self._stop_work()
         stats = self.engine.stats()
         device = str(self.adapter.device)
         before = device_memory(device)
         info = self._park()
         after = device_memory(device)
-        figures = {"resident_bytes_before": stats.bytes_resident, "offloaded_bytes_before": stats.bytes_offloaded,
-                   "resident_bytes_after": 0, "offloaded_bytes_after": 0, "parked_bytes": info.bytes}
-        for key in before.keys() & after.keys():
-            if key != "device_memory":
-                figures[f"{key}_before"], figures[f"{key}_after"] = int(before[key]), int(after[key])
         self.get_logger().info(
             f"inactive: memory parked on host disk ({info.blocks} blocks, {info.bytes} bytes in {self._parked}); freed "
-            f"KV resident on {device} {stats.bytes_resident} -> 0 bytes, host arena {stats.bytes_offloaded} -> 0 bytes"
+            f"KV resident on {device} {stats.bytes_resident} -> 0 bytes, host arena {stats.bytes_offloaded} -> 0 bytes used "
+            f"(of {stats.budget_offload_bytes} -> 0 reserved; pinned, so committed, on CUDA)"
             + "".join(f", {k} {before[k]} -> {after[k]}" for k in sorted(before.keys() & after.keys()) if k != "device_memory")
         )
-        return figures
 
     def _stop_work(self) -> None:
         """Destroy what activate created (no new callback starts), then join the worker (its queue fails)."""
@@ -272,9 +272,11 @@ class VideoKVMixin:
         takes a sample slot; for raw images it is one copy, for JPEG it is the cost
         of that guarantee.
         """
+        worker, diagnostics = self.worker, self._diagnostics
+        if worker is None or diagnostics is None:  # delivered just before a deactivation: not taken
+            return
         self._count("received")
-        if diagnostics := self._diagnostics:  # None once deactivation has begun
-            diagnostics.frame_received(camera)
+        diagnostics.frame_received(camera)
         try:
             rgb = conversions.compressed_to_rgb(msg) if compressed else conversions.image_to_rgb(msg)
         except ImageDecodeError as exc:
@@ -293,7 +295,7 @@ class VideoKVMixin:
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
         try:
-            if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):
+            if not worker.submit_frame(Frame(camera, stamp_ns, rgb)):
                 self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
         except WorkerStopped:  # deactivated while this frame was on its way
             self._drop(f"dropped a frame from {camera}: the node is being deactivated")
@@ -306,7 +308,7 @@ class VideoKVMixin:
         """Answer from memory; any refusal is success=false with the reason, the memory untouched."""
         try:
             question = conversions.request_to_question(request, self._resolve_camera)
-            future = self.worker.ask(question)
+            future = self._worker().ask(question)
             answer = future.result(timeout=self.settings.node.question_timeout_s)
         except (RequestError, WorkerBusy, WorkerStopped) as exc:
             return self._refuse(response, str(exc))
@@ -322,10 +324,12 @@ class VideoKVMixin:
     # --- the ~/ask action: the answer streamed as feedback, cancellable ----------
     def ask_goal_callback(self, goal) -> GoalResponse:
         """Reject a goal while max_pending_questions are already waiting; check everything else when it runs."""
-        if self.worker.busy:
+        worker = self.worker
+        if worker is None or worker.busy:
             self._count("failed")
             self.get_logger().warn(
-                f"ask goal rejected: {self.worker.pending_jobs} requests already waiting (max_pending_questions)",
+                "ask goal rejected: " + ("the node is being deactivated" if worker is None else
+                                         f"{worker.pending_jobs} requests already waiting (max_pending_questions)"),
                 throttle_duration_sec=WARN_THROTTLE_S,
             )
             return GoalResponse.REJECT
@@ -350,7 +354,7 @@ class VideoKVMixin:
 
         try:
             question = conversions.request_to_question(goal_handle.request, self._resolve_camera)
-            future = self.worker.ask(question, on_token=on_token)
+            future = self._worker().ask(question, on_token=on_token)
             answer = self._wait_goal(goal_handle, future, stop)
         except (_Cancelled, CancelledError):
             if not goal_handle.is_cancel_requested:  # stopped by the timeout, not by the client
@@ -392,7 +396,7 @@ class VideoKVMixin:
     def reset_callback(self, request, response):
         """Forget every frame (queued ones too)."""
         try:
-            self.worker.reset().result(timeout=self.settings.node.question_timeout_s)
+            self._worker().reset().result(timeout=self.settings.node.question_timeout_s)
             self.sampler.reset()
         except (WorkerBusy, WorkerStopped, FutureTimeout) as exc:
             response.success, response.message = False, f"reset not done: {exc or 'timeout'}"
@@ -405,7 +409,7 @@ class VideoKVMixin:
         """Write the memory to a snapshot inside memory.snapshot_dir, between two frames."""
         try:
             target = resolve_snapshot_path(self.settings.memory.snapshot_dir, request.name, request.path)
-            info = self.worker.call(lambda: save_snapshot(self.engine, target)).result(
+            info = self._worker().call(lambda: save_snapshot(self.engine, target)).result(
                 timeout=self.settings.node.question_timeout_s
             )
         except (SnapshotError, WorkerBusy, WorkerStopped, FutureTimeout, OSError) as exc:
@@ -420,7 +424,7 @@ class VideoKVMixin:
         """Replace the memory with a snapshot; a refused snapshot leaves the memory as it was."""
         try:
             target = resolve_snapshot_path(self.settings.memory.snapshot_dir, request.name, request.path)
-            info = self.worker.call(lambda: self._load(target)).result(timeout=self.settings.node.question_timeout_s)
+            info = self._worker().call(lambda: self._load(target)).result(timeout=self.settings.node.question_timeout_s)
         except (SnapshotError, WorkerBusy, WorkerStopped, FutureTimeout, OSError) as exc:
             response.success, response.message = False, f"memory not loaded: {exc or 'timeout'}"
             return response
@@ -469,19 +473,25 @@ class VideoKVMixin:
 
     def stats_callback(self) -> None:
         """Publish ~/memory_stats (node clock, so it follows use_sim_time)."""
+        engine, worker = self.engine, self.worker
+        if engine is None or worker is None:  # fired just before a deactivation
+            return
         msg = MemoryStats()
         msg.header.stamp = self.get_clock().now().to_msg()
         with self._lock:
             counters = dict(self._counters)
         s = self.settings.node
-        conversions.fill_stats(msg, self.engine.stats(), counters, self.worker.queue_depth, s.model, str(self.engine.adapter.device))
+        conversions.fill_stats(msg, engine.stats(), counters, worker.queue_depth, s.model, str(engine.adapter.device))
         self._stats_pub.publish(msg)
 
     def diagnostics_callback(self) -> None:
         """Publish /diagnostics: per-camera rate and silence, ingest, memory fill, model."""
+        diagnostics, engine, worker = self._diagnostics, self.engine, self.worker
+        if diagnostics is None or engine is None or worker is None:  # fired just before a deactivation
+            return
         with self._lock:
             counters = dict(self._counters)
-        self._diagnostics.publish(counters)
+        diagnostics.publish(counters, engine, worker)
 
     # --- run-time parameters (params.RUNTIME) -------------------------------
     def parameters_callback(self, params) -> SetParametersResult:
@@ -522,6 +532,13 @@ class VideoKVMixin:
             return future.result()  # already running: it is quick
 
     # --- helpers ----------------------------------------------------------
+    def _worker(self) -> ModelWorker:
+        """The running worker; WorkerStopped (a refusal with the reason) for a request that raced a deactivation."""
+        worker = self.worker
+        if worker is None:
+            raise WorkerStopped("the node is not active")
+        return worker
+
     def _resolve_camera(self, name: str) -> str:
         try:
             return self.resolve_topic_name(name)
