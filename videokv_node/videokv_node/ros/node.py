@@ -61,6 +61,10 @@ QOS = {
 }
 WARN_THROTTLE_S = 5.0
 CANCEL_POLL_S = 0.05  # how often a queued goal looks for a cancel request
+# Shutdown waits this long for the question being answered (as before the lifecycle steps), then
+# snapshots anyway: engine.ask changes no memory. Deactivation waits for it without a bound,
+# because parking closes the engine under it.
+SHUTDOWN_JOIN_S = 30.0
 NODE_NAME = "videokv"
 
 
@@ -203,14 +207,14 @@ class VideoKVMixin:
             + "".join(f", {k} {before[k]} -> {after[k]}" for k in sorted(before.keys() & after.keys()) if k != "device_memory")
         )
 
-    def _stop_work(self) -> None:
+    def _stop_work(self, join_s: float | None = None) -> None:
         """Destroy what activate created (no new callback starts), then join the worker (its queue fails)."""
         io, self._io = self._io, []
         for destroy, entity in reversed(io):
             destroy(entity)
         self._diagnostics = self._diagnostics_timer = None
         if self.worker is not None:
-            self.worker.stop(timeout=None)  # the engine must be idle before anything else touches it
+            self.worker.stop(timeout=join_s)
             self.worker = None
 
     def _park(self):
@@ -244,7 +248,7 @@ class VideoKVMixin:
     def cleanup_step(self) -> None:
         """Release the memory (snapshot_on_shutdown first, if set) and the model; back to unconfigured
         (parameters are read again at the next configure)."""
-        self._stop_work()
+        self._stop_work(join_s=SHUTDOWN_JOIN_S)
         if self._parked is not None and self.settings.memory.snapshot_on_shutdown:
             try:
                 self._unpark()  # the shutdown snapshot is written from a live engine, like any other
@@ -630,7 +634,7 @@ def main(args=None) -> int:
         rclpy.logging.get_logger(NODE_NAME).fatal(f"cannot start: {exc}")
         code = 1
     finally:
-        # A second Ctrl-C must not interrupt the cleanup half-way (the worker finishes its current job).
+        # A second Ctrl-C must not interrupt the cleanup half-way (the worker join is bounded).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             node.destroy_node()
