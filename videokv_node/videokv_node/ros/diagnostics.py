@@ -46,9 +46,10 @@ class DiagnosticsPublisher:
         node = self.node
         now = node.get_clock().now()
         device = str(node.engine.adapter.device)
+        adapter = node.engine.adapter
         model = ModelInfo(name=node.settings.node.model, device=device,
-                          dtype=str(node.engine.adapter.geometry.dtype).removeprefix("torch."),
-                          policy=node.settings.memory.policy)
+                          dtype=str(adapter.geometry.dtype).removeprefix("torch."),
+                          policy=node.settings.memory.policy, vision_backend=adapter.vision_backend.name)
         statuses = self.monitor.report(
             now.nanoseconds, node.engine.stats(), counters, node.worker.frames_overflowed, node.worker.queue_depth,
             node.worker.queue_size, model, worker_alive=node.worker.alive, device_memory=device_memory(device),

@@ -41,6 +41,7 @@ from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
+from videokv_node.vision.selection import attach_vision_backend
 
 QOS = {
     "sensor_data": qos_profile_sensor_data,
@@ -68,9 +69,11 @@ class VideoKVNode(Node):
             torch.set_num_threads(s.torch_threads)
         log.info(f"loading model {s.model!r} on device {s.device!r}")
         adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
+        log.info(attach_vision_backend(adapter, self.settings.vision).describe())  # may build a TensorRT engine
         self.engine = VideoMemoryEngine(adapter, self.settings.memory, self.settings.generation)
         self.worker = ModelWorker(
-            self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error
+            self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
+            max_batch=self.settings.vision.max_batch,
         )
         self.sampler = FrameSampler(self.settings.sampler)
         self._restore_on_start()
@@ -322,7 +325,9 @@ class VideoKVNode(Node):
         with self._lock:
             counters = dict(self._counters)
         s = self.settings.node
-        conversions.fill_stats(msg, self.engine.stats(), counters, self.worker.queue_depth, s.model, str(self.engine.adapter.device))
+        adapter = self.engine.adapter
+        conversions.fill_stats(msg, self.engine.stats(), counters, self.worker.queue_depth, s.model, str(adapter.device),
+                               vision_backend=adapter.vision_backend.name)
         self._stats_pub.publish(msg)
 
     def diagnostics_callback(self) -> None:

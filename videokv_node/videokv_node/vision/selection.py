@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from videokv_node.models.factory import ModelLoadError
 from videokv_node.vision.backends import BackendUnavailable, OnnxRuntimeVisionBackend, TorchVisionBackend, VisionBackend
 from videokv_node.vision.config import VisionConfig
 
@@ -24,8 +25,9 @@ AUTO_ORDER = ("tensorrt", "onnxruntime", "torch")
 log = logging.getLogger(__name__)
 
 
-class VisionBackendError(RuntimeError):
-    """The configured vision backend cannot run here; the message says why."""
+class VisionBackendError(ModelLoadError):
+    """The configured vision backend cannot run here; the message says why. A ModelLoadError: the
+    model cannot be set up as configured, and the node refuses to start with the reason."""
 
 
 @dataclass(frozen=True, slots=True)
