@@ -123,3 +123,25 @@ def test_frames_are_encoded_in_batches_of_at_most_max_batch(adapter):
     adapter.set_vision_backend(recording, max_batch=3)
     torch.testing.assert_close(adapter.encode_frames(frames), reference, atol=1e-5, rtol=0)
     assert recording.batches == [3, 3, 1]
+
+
+class ListLogger:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(("info", message))
+
+    def warning(self, message: str) -> None:
+        self.lines.append(("warning", message))
+
+
+def test_the_choice_and_the_export_reach_the_given_logger(adapter, tmp_path):
+    logger = ListLogger()
+    attach_vision_backend(adapter, VisionConfig(backend="onnxruntime", cache_dir=str(tmp_path)), logger=logger)
+    messages = [m for _, m in logger.lines]
+    assert any(m.startswith("exporting the vision path") for m in messages)
+    assert messages[-1] == "vision backend onnxruntime:CPU (set by vision.backend)"
+    before = len(logger.lines)
+    attach_vision_backend(adapter, VisionConfig(backend="torch", cache_dir=str(tmp_path)))  # no logger: nothing forwarded
+    assert len(logger.lines) == before

@@ -69,7 +69,7 @@ class VideoKVNode(Node):
             torch.set_num_threads(s.torch_threads)
         log.info(f"loading model {s.model!r} on device {s.device!r}")
         adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
-        log.info(attach_vision_backend(adapter, self.settings.vision).describe())  # may build a TensorRT engine
+        attach_vision_backend(adapter, self.settings.vision, logger=log)  # logs its choice; may build a TensorRT engine
         self.engine = VideoMemoryEngine(adapter, self.settings.memory, self.settings.generation)
         self.worker = ModelWorker(
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,

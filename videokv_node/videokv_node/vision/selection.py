@@ -108,9 +108,36 @@ def select_backend(config: VisionConfig, factories: dict[str, Factory]) -> Backe
     raise VisionBackendError("no vision backend can run: " + "; ".join(f"{n}: {w}" for n, w in skipped))
 
 
-def attach_vision_backend(adapter, config: VisionConfig) -> BackendChoice:
-    """Choose the backend for ``adapter`` as ``config`` says and make the adapter encode through it."""
-    choice = select_backend(config, default_factories(adapter, config, auto=config.backend == "auto"))
-    adapter.set_vision_backend(choice.backend, config.max_batch)
-    log.info(choice.describe())
+class _Forward(logging.Handler):
+    """Hands this package's log records to another logger (the node's), INFO and up."""
+
+    def __init__(self, target) -> None:
+        super().__init__(logging.INFO)
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        (self.target.warning if record.levelno >= logging.WARNING else self.target.info)(record.getMessage())
+
+
+def attach_vision_backend(adapter, config: VisionConfig, logger=None) -> BackendChoice:
+    """Choose the backend for ``adapter`` as ``config`` says and make the adapter encode through it.
+
+    ``logger`` (anything with ``info`` and ``warning``, e.g. the node's ROS logger) receives,
+    while this runs, what the vision package logs: the choice and why earlier backends were
+    skipped, an ONNX export, and the notice before a TensorRT build with how long it may take.
+    """
+    package = logging.getLogger("videokv_node.vision")
+    forward = _Forward(logger) if logger is not None else None
+    level = package.level
+    if forward is not None:
+        package.addHandler(forward)
+        package.setLevel(logging.INFO)
+    try:
+        choice = select_backend(config, default_factories(adapter, config, auto=config.backend == "auto"))
+        adapter.set_vision_backend(choice.backend, config.max_batch)
+        log.info(choice.describe())
+    finally:
+        if forward is not None:
+            package.removeHandler(forward)
+            package.setLevel(level)
     return choice
