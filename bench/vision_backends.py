@@ -197,10 +197,17 @@ ONNX export of the vision path: {result.export_s:.0f} s. TensorRT: {result.trt_n
 
 {table(["backend", "batch", "timed calls", "ms per frame (p50 / p95)", "speed-up vs torch"], rows)}
 
-Largest |difference| from the torch output on the same frames: {diffs}. On a loaded
-2-core CPU these figures are upper bounds (see the load averages); the ranking of
-backends is what they show. TensorRT needs a GPU: this table gets its rows where the
-run has one."""
+Largest |difference| from the torch output on the same frames: {diffs}. onnxruntime
+runs with its default intra-op threads (one per physical core).{_load_note(machine)} TensorRT
+needs a GPU: this table gets its rows where the run has one."""
+
+
+def _load_note(machine: Machine) -> str:
+    if machine.load_start[0] <= machine.cores:
+        return ""
+    return (f" The load average exceeded the {machine.cores} cores during this run: other processes took most of"
+            " the CPU, so these figures are upper bounds and even the order of the backends is not reliable;"
+            " rerun on an idle machine to compare them.")
 
 
 def _version(module: str) -> str:

@@ -64,6 +64,7 @@ def test_one_call_per_frame_batch_matches_the_graph(exported):
             torch.testing.assert_close(ort.encode(pixels[:b]), reference, atol=1e-4, rtol=0)
     else:
         assert export.batch == 1 and dims[0].dim_value == 1
+        assert OnnxRuntimeVisionBackend(export, adapter.device).batch == 1  # encode_frames calls it per frame
     assert [d.dim_value for d in dims[1:]] == list(adapter.vision_input_shape)
     assert export.output_shape == (adapter.tokens_per_frame, adapter.geometry.n_q_heads * adapter.geometry.head_dim)
 

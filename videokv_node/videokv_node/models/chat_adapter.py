@@ -31,8 +31,8 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
 
     video_open = ""  # text between the user turn's opening and the first frame
     video_close = "\n"  # text between the last frame and the question
-    # Frames one vision-graph call takes: None = any number (the ONNX export has a dynamic
-    # batch), an int = exactly that many (a graph whose layout depends on the batch).
+    # Frames the exported vision graph takes per call: None = any number (a dynamic batch
+    # dimension), an int = exactly that many (a graph whose layout depends on the batch).
     vision_batch: int | None = None
 
     def _init_decoder(self, model, tokenizer, name: str, image_mean, image_std, head_dim: int | None = None) -> None:
@@ -108,10 +108,10 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
     @torch.inference_mode()
     def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
         """Preprocess all frames at once, then run the backend on batches of at most ``vision_max_batch``
-        frames (exactly ``vision_batch`` where the graph has a fixed batch)."""
+        frames (exactly ``backend.batch`` where it runs a graph exported with a fixed batch)."""
         pixels = self.preprocess(frames)  # (F, 3, S, S)
-        step = self.vision_batch or self.vision_max_batch
         backend = self.vision_backend
+        step = backend.batch or self.vision_max_batch
         out = [backend.encode(pixels[i:i + step]) for i in range(0, len(frames), step)]  # (b, T, hidden) each
         feats = out[0] if len(out) == 1 else torch.cat(out)  # (F, T, hidden)
         return feats.to(device=self.device, dtype=self.geometry.dtype)

@@ -114,8 +114,9 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
     # The tower concatenates all frames' patches into one sequence and separates frames and
     # attention windows by ``cu_seqlens``; without flash attention transformers splits that
     # sequence with ``torch.split(lengths.tolist())``, a Python list that an ONNX trace
-    # freezes. So the exported graph holds exactly one frame and backends call it per frame
-    # (each frame is its own image, so this equals the batched result).
+    # freezes. So the exported graph holds exactly one frame and the ONNX/TensorRT backends
+    # call it per frame (each frame is its own image, so this equals the batched result);
+    # PyTorch still takes the whole batch in one call.
     vision_batch = 1
     video_open = "<|vision_start|>"  # Qwen's template wraps the video in vision markers
     video_close = "<|vision_end|>"

@@ -24,6 +24,7 @@ class VisionBackend(ABC):
     """Encodes normalised pixels; ``name`` says what runs them (``torch:cuda:0``, ``onnxruntime:CPU``...)."""
 
     name: str
+    batch: int | None = None  # frames every call must have (an exported graph with a fixed batch); None: any
 
     @abstractmethod
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -85,6 +86,7 @@ class OnnxRuntimeVisionBackend(VisionBackend):
         self._input = self.session.get_inputs()[0].name
         self._output = self.session.get_outputs()[0].name
         self._out_tail = export.output_shape  # (T, hidden)
+        self.batch = export.batch
         self.name = f"onnxruntime:{used.removesuffix('ExecutionProvider')}"
 
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:

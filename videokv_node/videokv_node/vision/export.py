@@ -48,7 +48,7 @@ class VisionGraph(torch.nn.Module):
         self._forward = adapter.vision_forward
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self._forward(pixels)
+        return self._forward(pixels).float()  # float32 out whatever a stray weight promoted it to
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,7 +187,7 @@ class TensorRTVisionBackend(VisionBackend):
         except EngineCacheError as exc:
             raise BackendUnavailable(str(exc)) from exc
         self.cache_event = cache.last_event
-        self.max_batch = export.batch or max_batch
+        self.batch = export.batch
         self.name = f"tensorrt:{precision}"
 
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:
