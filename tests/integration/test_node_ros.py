@@ -193,6 +193,8 @@ def test_paper_policy_on_qwen25_vl_over_dds(ros, tmp_path):
         stats = client.wait_stats(lambda s: s.frames_ingested == 7 and s.queue_depth == 0, timeout=120)
         assert stats.policy == "streamkv" and stats.tokens_resident <= stats.budget_tokens
         assert stats.vision_backend == "onnxruntime:CPU"
+        log = proc.output()
+        assert "exporting the vision path" in log and "vision backend onnxruntime:CPU (set by vision.backend)" in log
         # 3 closed segments made 6 frame blocks + 3 summary blocks (frame 7 waits in the open segment);
         # compression (theta 0.6) may have dropped some frame blocks from every layer, counted as evicted.
         assert stats.frames_in_memory + stats.frames_evicted == 9 and stats.frames_in_memory >= 3

@@ -137,3 +137,19 @@ def test_runner_refuses_bytes_tensorrt_rejects_and_engines_of_another_graph():
     with pytest.raises(EngineCacheError, match="are not"):
         TensorRTRunner(FakeTRT(names=("input", "output")), b"plan", device=None)
     assert TensorRTRunner(FakeTRT(), b"plan", device=None).engine.num_io_tensors == 2
+
+
+def test_calibration_frames_are_checked_before_any_build(tmp_path):
+    import numpy as np
+
+    from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
+    from videokv_node.vision.tensorrt_engine import calibration_batches
+
+    adapter = LlavaOnevisionAdapter.tiny()
+    for i in range(5):
+        np.save(tmp_path / f"{i:03d}.npy", np.full((20, 30, 3), 40 * i, dtype=np.uint8))
+    with pytest.raises(EngineCacheError, match="at least 8 frames .* found 5"):
+        calibration_batches(adapter, tmp_path, 8)
+    batches = list(calibration_batches(adapter, tmp_path, 2))  # full batches only: 5 frames -> 2 batches
+    assert [tuple(b.shape) for b in batches] == [(2, *adapter.vision_input_shape)] * 2
+    assert all(b.dtype.is_floating_point for b in batches)

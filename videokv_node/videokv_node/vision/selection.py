@@ -51,6 +51,7 @@ def default_factories(adapter, config: VisionConfig, auto: bool) -> dict[str, Fa
     cache = config.cache_path
 
     def tensorrt() -> VisionBackend:
+        from videokv_node.vision.engine_cache import EngineCacheError
         from videokv_node.vision.tensorrt_engine import TensorRTVisionBackend, calibration_batches, import_tensorrt
 
         import_tensorrt()  # before exporting: a missing package must not cost an export
@@ -58,7 +59,10 @@ def default_factories(adapter, config: VisionConfig, auto: bool) -> dict[str, Fa
             raise BackendUnavailable(f"TensorRT needs the model on a CUDA device (it is on {adapter.device})")
         export = _export(adapter, cache)
         batch = export.batch or config.max_batch
-        calib = calibration_batches(adapter, config.calibration_dir, batch) if config.precision == "int8" else None
+        try:
+            calib = calibration_batches(adapter, config.calibration_dir, batch) if config.precision == "int8" else None
+        except EngineCacheError as exc:
+            raise BackendUnavailable(str(exc)) from exc
         slot = f"{adapter.fingerprint()}-{adapter.vision_input_shape[-1]}px-{config.precision}"
         return TensorRTVisionBackend(export, adapter.device, cache, config.precision, config.max_batch,
                                      config.engine_rebuild, calib, slot=slot)

@@ -126,14 +126,21 @@ def make_int8_calibrator(trt, batches: Iterator[torch.Tensor], shape: tuple[int,
 
 
 def calibration_batches(adapter, directory: str | Path, batch: int) -> Iterator[torch.Tensor]:
-    """Preprocessed batches of the .npy RGB uint8 frames in ``directory`` (sorted), full batches only."""
+    """Preprocessed batches of the .npy RGB uint8 frames in ``directory`` (sorted), full batches only.
+
+    The directory is checked now, not when TensorRT first asks for a batch: an error inside
+    TensorRT's calibrator callback would surface as a failed build with no reason.
+    """
     files = sorted(Path(directory).glob("*.npy"))
     if len(files) < batch:
         raise EngineCacheError(f"int8 calibration needs at least {batch} frames (.npy, H x W x 3 uint8) in {directory}, "
                                f"found {len(files)}")
-    for i in range(0, len(files) - batch + 1, batch):
-        frames = [np.load(f) for f in files[i:i + batch]]
-        yield adapter.preprocess(frames).float()
+
+    def batches() -> Iterator[torch.Tensor]:
+        for i in range(0, len(files) - batch + 1, batch):
+            yield adapter.preprocess([np.load(f) for f in files[i:i + batch]]).float()  # (batch, 3, S, S)
+
+    return batches()
 
 
 class TensorRTRunner:
