@@ -4,8 +4,10 @@
     python -m bench.run --quick          # short run (about 1-2 minutes), same tables
     python -m bench.run --part engine    # parts 1-3 only
     python -m bench.run --part memory    # the memory-policy comparison only
+    python -m bench.run --part vision    # vision backends: torch vs onnxruntime (vs TensorRT on a GPU)
     make bench                           # everything, after setting up the environment
     make bench-memory                    # --part memory, after setting up the environment
+    make bench-vision                    # --part vision, after setting up the environment
 
 Four parts, all seeded and measured with time.perf_counter (warm-up excluded).
 The engine parts (``--part engine``):
@@ -17,9 +19,11 @@ The engine parts (``--part engine``):
    run if a cap is ever exceeded).
 And ``--part memory``: every policy (full, rekv, streamkv, hermes, mukv, rekv with
 TGV-KV) on the same stream under the same budget, as ratios to full and rekv at
-several stream lengths (``bench/memory_policies.py``).
+several stream lengths (``bench/memory_policies.py``). And ``--part vision``: per-frame
+latency of LLaVA-OneVision-0.5B's vision path through each vision backend
+(``bench/vision_backends.py``; a few minutes on 2 CPU cores).
 
-Each of the two writes its own span of --out, between its own markers; the rest
+Each of the three writes its own span of --out, between its own markers; the rest
 of the file is left as it is.
 """
 
@@ -38,7 +42,7 @@ import torch
 
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
-from bench import bound, memory_policies, real_size, tiny
+from bench import bound, memory_policies, real_size, tiny, vision_backends
 from bench.machine import Machine, describe
 from bench.report import Run, render, update_document
 
@@ -78,8 +82,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="fewer frames and repeats (about 1-2 minutes)")
     parser.add_argument(
-        "--part", choices=("all", "engine", "memory"), default="all",
-        help="engine: parts 1-3 (tiny model, memory bound, real-size model); memory: the policy comparison",
+        "--part", choices=("all", "engine", "memory", "vision"), default="all",
+        help="engine: parts 1-3 (tiny model, memory bound, real-size model); memory: the policy comparison; "
+             "vision: the vision backends",
     )
     parser.add_argument(
         "--out", default="docs/BENCHMARKS.md",
@@ -150,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         emit(out, memory_policies.render(measured, info), memory_policies.update_document)
         record["memory"] = asdict(measured)
+    if args.part in ("all", "vision"):
+        log("vision backends ...")
+        vision = vision_backends.run(out, args.seed, command, log)
+        record["vision"] = asdict(vision)
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1, default=str))
     return 0

@@ -90,7 +90,7 @@ def test_camera_silence_and_recovery_on_diagnostics(ros):
             assert s.hardware_id == "/videokv_diag" and "receiving at" in s.message
             memory = watcher.wait("videokv: memory", lambda s: True, 5)
             v = values(memory)
-            assert v["model"] == "tiny" and v["vision_backend"] == "torch" and v["device_memory"] == "cpu"
+            assert v["model"] == "tiny" and v["vision_backend"] == "torch:cpu" and v["device_memory"] == "cpu"
 
             # Silence: WARN past 1 s, ERROR past 2.5 s, with the reason.
             s = watcher.wait(CAMERA, lambda s: level(s) == WARN, 10)

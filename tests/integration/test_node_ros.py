@@ -101,6 +101,7 @@ def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
         stats = client.wait_stats(lambda s: s.frames_ingested == 10 and s.queue_depth == 0, timeout=120)
         assert stats.frames_received == 10 and stats.frames_dropped == 0 and stats.frames_in_memory == 10
         assert stats.policy == "rekv" and stats.tokens_resident <= stats.budget_tokens
+        assert stats.vision_backend == "torch:cpu"  # auto on a machine without GPU
         assert time_to_ns(stats.oldest_stamp) == 10 * NS and time_to_ns(stats.newest_stamp) == 15 * NS
 
         resp = client.ask("What colour is the box?", options=["red", "green", "blue"])
@@ -161,10 +162,13 @@ def test_ask_reset_stats_and_bad_inputs_over_dds(ros):
         assert client.ask("And now?").success
 
 
-def test_paper_policy_on_qwen25_vl_over_dds(ros):
-    """A seed paper's policy, its nested parameters and the TGV-KV stage, on the mRoPE model, through ~/ask."""
+def test_paper_policy_on_qwen25_vl_over_dds(ros, tmp_path):
+    """A seed paper's policy, its nested parameters and the TGV-KV stage, on the mRoPE model, through ~/ask,
+    with the vision path exported to ONNX at start and run by onnxruntime."""
     params = {
         "model": "tiny-qwen2.5-vl",
+        "vision.backend": "onnxruntime",
+        "vision.cache_dir": str(tmp_path / "vision"),
         "image_topics": ["cam_q"],
         "camera_qos": "reliable",
         "camera_qos_depth": 200,  # the node's history holds a burst on a loaded machine
@@ -188,6 +192,9 @@ def test_paper_policy_on_qwen25_vl_over_dds(ros):
             time.sleep(0.05)
         stats = client.wait_stats(lambda s: s.frames_ingested == 7 and s.queue_depth == 0, timeout=120)
         assert stats.policy == "streamkv" and stats.tokens_resident <= stats.budget_tokens
+        assert stats.vision_backend == "onnxruntime:CPU"
+        log = proc.output()
+        assert "exporting the vision path" in log and "vision backend onnxruntime:CPU (set by vision.backend)" in log
         # 3 closed segments made 6 frame blocks + 3 summary blocks (frame 7 waits in the open segment);
         # compression (theta 0.6) may have dropped some frame blocks from every layer, counted as evicted.
         assert stats.frames_in_memory + stats.frames_evicted == 9 and stats.frames_in_memory >= 3
@@ -349,6 +356,7 @@ def test_sim_time_drives_the_node_clock(ros):
         ({"memory.policy": "lru"}, "memory.policy must be one of"),
         ({"model": "/nonexistent/checkpoint"}, "nor a local checkpoint directory"),
         ({"camera_qos": "fast"}, "camera_qos must be one of"),
+        ({"vision.backend": "cuda"}, "vision.backend must be one of"),
     ],
 )
 def test_bad_configuration_stops_the_node_with_a_clear_reason(ros, params, reason):

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import abstractmethod
 
+import numpy as np
 import torch
 
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 from videokv_node.models.attention import use_videokv_attention
+from videokv_node.vision.backends import TorchVisionBackend, VisionBackend
 
 # Re-rotation by a delta is exact only if inv_freq does not depend on the sequence (no dynamic/YaRN).
 SUPPORTED_ROPE_TYPES = ("default", "linear")
@@ -28,6 +31,9 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
 
     video_open = ""  # text between the user turn's opening and the first frame
     video_close = "\n"  # text between the last frame and the question
+    # Frames the exported vision graph takes per call: None = any number (a dynamic batch
+    # dimension), an int = exactly that many (a graph whose layout depends on the batch).
+    vision_batch: int | None = None
 
     def _init_decoder(self, model, tokenizer, name: str, image_mean, image_std, head_dim: int | None = None) -> None:
         """What both families share: the decoder under the ``videokv`` attention (its sub-config only),
@@ -56,6 +62,59 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
         self._std = torch.tensor(image_std, device=self.device).view(1, 3, 1, 1)
         self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
         self._fingerprint: str | None = None
+        self._vision_backend: VisionBackend | None = None  # None: PyTorch, made on first use
+        self.vision_max_batch = 8  # frames per backend call at most (vision.max_batch)
+
+    # --- vision -----------------------------------------------------------
+    # The vision path is split in two so that every backend runs the same thing:
+    # ``preprocess`` (resize, colour order, normalisation) always runs in torch on the
+    # model's device, because frames come in any size and antialiased resizing has no
+    # exact equivalent in ONNX/TensorRT; ``vision_forward`` maps fixed-size normalised
+    # pixels to the tokens the LLM takes, and is what ``vision/export.py`` exports.
+    @abstractmethod
+    def preprocess(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """RGB uint8 (H, W, 3) frames -> (F, 3, S, S) normalised pixels on the model's device."""
+
+    @abstractmethod
+    def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, 3, S, S) normalised pixels -> (B, tokens_per_frame, hidden): tower, projector, pooling/merging."""
+
+    @abstractmethod
+    def vision_modules(self) -> list[torch.nn.Module]:
+        """The sub-modules ``vision_forward`` uses (what an export must carry), nothing of the decoder."""
+
+    @property
+    def vision_input_shape(self) -> tuple[int, int, int]:
+        """(3, S, S): one frame's input of ``vision_forward``."""
+        return (3, self.image_size, self.image_size)
+
+    @property
+    def vision_dtype(self) -> torch.dtype:
+        return next(self.vision_modules()[0].parameters()).dtype
+
+    @property
+    def vision_backend(self) -> VisionBackend:
+        """What encodes frames; PyTorch on the model's device unless ``set_vision_backend`` chose another."""
+        if self._vision_backend is None:
+            self._vision_backend = TorchVisionBackend(self.vision_forward, self.vision_dtype, self.device)
+        return self._vision_backend
+
+    def set_vision_backend(self, backend: VisionBackend, max_batch: int | None = None) -> None:
+        """Encode frames through ``backend`` from now on, at most ``max_batch`` frames per call."""
+        self._vision_backend = backend
+        if max_batch is not None:
+            self.vision_max_batch = max_batch
+
+    @torch.inference_mode()
+    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """Preprocess all frames at once, then run the backend on batches of at most ``vision_max_batch``
+        frames (exactly ``backend.batch`` where it runs a graph exported with a fixed batch)."""
+        pixels = self.preprocess(frames)  # (F, 3, S, S)
+        backend = self.vision_backend
+        step = backend.batch or self.vision_max_batch
+        out = [backend.encode(pixels[i:i + step]) for i in range(0, len(frames), step)]  # (b, T, hidden) each
+        feats = out[0] if len(out) == 1 else torch.cat(out)  # (F, T, hidden)
+        return feats.to(device=self.device, dtype=self.geometry.dtype)
 
     # --- text -------------------------------------------------------------
     def text_ids(self, text: str) -> list[int]:

@@ -126,17 +126,20 @@ class LlavaOnevisionAdapter(ChatVideoLLMAdapter):
         pixels = (torch.cat(out) - self._mean) / self._std  # (F, 3, S, S)
         return pixels.to(self.geometry.dtype)
 
-    @torch.inference_mode()
-    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
-        pixels = self.preprocess(frames)[None]  # (1, F, 3, S, S)
+    def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """As ``get_video_features`` on one clip of B frames, minus the clip-final ``image_newline``."""
         cfg = self.model.config
         out = self.model.model.get_video_features(
-            pixel_values_videos=pixels,
+            pixel_values_videos=pixels.to(self.vision_dtype)[None],  # (1, B, 3, S, S)
             vision_feature_layer=cfg.vision_feature_layer,
             vision_feature_select_strategy=cfg.vision_feature_select_strategy,
         )
-        feats = out.pooler_output[:, :-1]  # drop the clip-final image_newline: (1, F * T, hidden)
-        return feats.reshape(len(frames), self.tokens_per_frame, -1)  # (F, T, hidden)
+        feats = out.pooler_output[:, :-1]  # drop the clip-final image_newline: (1, B * T, hidden)
+        return feats.reshape(pixels.shape[0], self.tokens_per_frame, feats.shape[-1])  # (B, T, hidden)
+
+    def vision_modules(self) -> list[torch.nn.Module]:
+        inner = self.model.model
+        return [inner.vision_tower, inner.multi_modal_projector]
 
     # --- decoder ----------------------------------------------------------
     @torch.inference_mode()

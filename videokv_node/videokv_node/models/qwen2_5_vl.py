@@ -111,6 +111,13 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
     """A loaded Qwen2.5-VL model plus its tokenizer, fixed-size frame preprocessing and mRoPE positions."""
 
     position_dims = 3
+    # The tower concatenates all frames' patches into one sequence and separates frames and
+    # attention windows by ``cu_seqlens``; without flash attention transformers splits that
+    # sequence with ``torch.split(lengths.tolist())``, a Python list that an ONNX trace
+    # freezes. So the exported graph holds exactly one frame and the ONNX/TensorRT backends
+    # call it per frame (each frame is its own image, so this equals the batched result);
+    # PyTorch still takes the whole batch in one call.
+    vision_batch = 1
     video_open = "<|vision_start|>"  # Qwen's template wraps the video in vision markers
     video_close = "<|vision_end|>"
 
@@ -248,12 +255,15 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
         x = x.unsqueeze(6).expand(-1, -1, -1, -1, -1, -1, tp, -1, -1)  # (F, g/m, g/m, m, m, C, tp, p, p)
         return x.reshape(f * g * g, c * tp * p * p)
 
-    @torch.inference_mode()
-    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
-        patches = self.patchify(self.preprocess(frames)).to(self.geometry.dtype)  # (F * g * g, C * tp * p * p)
-        grid_thw = torch.tensor([[1, self.grid, self.grid]] * len(frames), device=self.device)  # (F, 3)
+    def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, 3, S, S) -> (B, T, hidden): patchify, then ``get_image_features`` with one image per frame."""
+        patches = self.patchify(pixels).to(self.vision_dtype)  # (B * g * g, C * tp * p * p)
+        grid_thw = torch.tensor([[1, self.grid, self.grid]] * pixels.shape[0], device=pixels.device)  # (B, 3)
         out = self.model.model.get_image_features(patches, grid_thw)
-        return torch.stack(out.pooler_output)  # per-image (T, hidden) -> (F, T, hidden)
+        return torch.stack(out.pooler_output)  # per-image (T, hidden) -> (B, T, hidden)
+
+    def vision_modules(self) -> list[torch.nn.Module]:
+        return [self.model.model.visual]
 
     # --- decoder ----------------------------------------------------------
     @torch.inference_mode()

@@ -54,11 +54,14 @@ def fill_response(response, answer: Answer):
     return response
 
 
-def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: int, model: str, device: str):
-    """MemoryStats from the engine's snapshot and the node's counters."""
+def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: int, model: str, device: str,
+               vision_backend: str = ""):
+    """MemoryStats from the engine's snapshot and the node's counters; ``vision_backend`` as
+    ``VisionBackend.name`` (``tensorrt:fp16``, ``onnxruntime:CUDA``, ``torch:cpu``...)."""
     msg.policy = stats.policy
     msg.model = model
     msg.device = device
+    msg.vision_backend = vision_backend
     msg.frames_received = counters["received"]
     msg.frames_sampled = counters["sampled"]
     msg.frames_ingested = stats.frames_ingested

@@ -56,9 +56,10 @@ class DiagnosticsPublisher:
         node = self.node
         now = node.get_clock().now()
         device = str(engine.adapter.device)
+        adapter = engine.adapter
         model = ModelInfo(name=node.settings.node.model, device=device,
-                          dtype=str(engine.adapter.geometry.dtype).removeprefix("torch."),
-                          policy=node.settings.memory.policy)
+                          dtype=str(adapter.geometry.dtype).removeprefix("torch."),
+                          policy=node.settings.memory.policy, vision_backend=adapter.vision_backend.name)
         statuses = self.monitor.report(
             now.nanoseconds, engine.stats(), counters, worker.frames_overflowed, worker.queue_depth,
             worker.queue_size, model, worker_alive=worker.alive, device_memory=device_memory(device),

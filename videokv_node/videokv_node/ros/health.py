@@ -62,7 +62,7 @@ class ModelInfo:
     device: str  # e.g. 'cpu', 'cuda:0'
     dtype: str  # e.g. 'torch.float32'
     policy: str  # memory policy
-    vision_backend: str = "torch"
+    vision_backend: str = "torch"  # VisionBackend.name: tensorrt:fp16, onnxruntime:CUDA, torch:cuda:0, ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
 from videokv_node.ros.health import device_memory
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
+from videokv_node.vision.selection import attach_vision_backend
 
 QOS = {
     "sensor_data": qos_profile_sensor_data,
@@ -116,6 +117,8 @@ class VideoKVMixin:
         log.info(f"loading model {s.model!r} on device {s.device!r}")
         try:
             self.adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
+            # Logs its choice; may build a TensorRT engine (logged before it starts).
+            attach_vision_backend(self.adapter, settings.vision, logger=log)
             self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
         except BaseException:
             self.engine = self.adapter = None
@@ -143,7 +146,10 @@ class VideoKVMixin:
             self._unpark()
         s = self.settings.node
         log = self.get_logger()
-        self.worker = ModelWorker(self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error)
+        self.worker = ModelWorker(
+            self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
+            max_batch=self.settings.vision.max_batch,
+        )
 
         camera_group = MutuallyExclusiveCallbackGroup()
         qos = QOS[s.camera_qos]
@@ -485,7 +491,8 @@ class VideoKVMixin:
         with self._lock:
             counters = dict(self._counters)
         s = self.settings.node
-        conversions.fill_stats(msg, engine.stats(), counters, worker.queue_depth, s.model, str(engine.adapter.device))
+        conversions.fill_stats(msg, engine.stats(), counters, worker.queue_depth, s.model, str(engine.adapter.device),
+                               vision_backend=engine.adapter.vision_backend.name)
         self._stats_pub.publish(msg)
 
     def diagnostics_callback(self) -> None:

@@ -26,6 +26,7 @@ from rclpy.parameter import Parameter
 
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.vision.config import BACKENDS, PRECISIONS, REBUILD_MODES, VisionConfig
 
 QOS_PROFILES = ("sensor_data", "reliable", "system_default")
 INT64_MAX = 2**63 - 1
@@ -78,6 +79,7 @@ class Settings:
     memory: MemoryConfig
     generation: GenerationConfig
     sampler: SamplerConfig
+    vision: VisionConfig = VisionConfig()
 
 
 # Writable at run time. Safe because each is read afresh where used: the sampler's config
@@ -161,6 +163,12 @@ _DESCRIPTIONS = {
     "memory.mukv.top_segments": "MuKV: segment candidates whose mean is the rerank centroid (paper: 5)",
     "memory.mukv.over_retrieval": "MuKV: stage 1 keeps over_retrieval x k candidates per granularity (paper: 2)",
     "memory.tgvkv.keep_ratio": "TGV-KV: share of the assembled context's KV kept for decoding, in (0, 1] (paper: 0.05)",
+    "vision.backend": f"vision encoder backend: {', '.join(BACKENDS)} (auto: TensorRT, then onnxruntime with CUDA, then PyTorch on the model's device)",
+    "vision.cache_dir": "directory of ONNX exports and TensorRT engines; empty: ~/.cache/videokv/vision",
+    "vision.precision": f"TensorRT engine precision: {', '.join(PRECISIONS)} (int8 needs vision.calibration_dir)",
+    "vision.engine_rebuild": f"{' or '.join(REBUILD_MODES)}: rebuild a missing, stale or corrupt TensorRT engine at start, or refuse it (build ahead with videokv_node.vision.build_engine)",
+    "vision.max_batch": "queued frames encoded in one vision call at most; the TensorRT profile's largest batch",
+    "vision.calibration_dir": "int8 only: directory of .npy RGB uint8 frames to calibrate the TensorRT engine on",
     "max_new_tokens": "default answer length in tokens when a request gives 0",
     "max_new_tokens_limit": "requests asking for more tokens are refused",
 }
@@ -172,6 +180,7 @@ _SECTIONS = (
     ("sampler", "sample_", SamplerConfig),
     ("memory", "memory.", MemoryConfig),
     ("generation", "", GenerationConfig),
+    ("vision", "vision.", VisionConfig),
 )
 
 # Integer parameters for which 0 is meaningful ("none", "default" or "off"); every other

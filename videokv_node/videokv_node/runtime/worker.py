@@ -37,6 +37,10 @@ class _Job:
 class ModelWorker:
     """Owns an engine and serialises every use of it.
 
+    Frames waiting when the worker turns to them go to the engine together, at most
+    ``max_batch`` at a time, so the vision encoder runs one batch instead of one call per
+    frame; a question still waits at most for the batch being encoded.
+
     Invariants: the frame queue never holds more than ``queue_size`` frames
     (the oldest is dropped and counted when a new one arrives); at most
     ``max_pending_jobs`` questions/resets wait; after ``stop()`` returns the
@@ -49,12 +53,14 @@ class ModelWorker:
         queue_size: int = 8,
         max_pending_jobs: int = 4,
         on_ingest_error: Callable[[Exception], None] | None = None,
+        max_batch: int = 1,
     ) -> None:
-        if queue_size <= 0 or max_pending_jobs <= 0:
-            raise ValueError("queue_size and max_pending_jobs must be > 0")
+        if queue_size <= 0 or max_pending_jobs <= 0 or max_batch <= 0:
+            raise ValueError("queue_size, max_pending_jobs and max_batch must be > 0")
         self.engine = engine
         self.queue_size = queue_size
         self.max_pending_jobs = max_pending_jobs
+        self.max_batch = max_batch  # queued frames handed to one engine.ingest (one vision batch)
         self._frames: deque[Frame] = deque()
         self._jobs: deque[_Job] = deque()
         self._cond = threading.Condition()
@@ -135,7 +141,7 @@ class ModelWorker:
                 if self._stopping:
                     return
                 job = self._jobs.popleft() if self._jobs else None
-                frame = None if job else self._frames.popleft()
+                frames = [] if job else [self._frames.popleft() for _ in range(min(self.max_batch, len(self._frames)))]
             if job is not None:
                 if job.future.set_running_or_notify_cancel():
                     try:
@@ -144,9 +150,9 @@ class ModelWorker:
                         job.future.set_exception(exc)
                 continue
             try:
-                self.engine.ingest([frame])
-            except Exception as exc:  # a bad frame must not stop the memory
-                self.frames_failed += 1
+                self.engine.ingest(frames)  # all queued frames (up to max_batch) in one vision batch
+            except Exception as exc:  # a bad batch must not stop the memory; its frames are counted as failed
+                self.frames_failed += len(frames)
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
 
