@@ -142,23 +142,29 @@ def image_message(rgb: np.ndarray, stamp_ns: int, frame_id: str = "camera", comp
                         is_bigendian=int(f["is_bigendian"]), step=f["step"], data=np.frombuffer(f["data"], np.uint8))
 
 
-def write_image_bag(path: str | Path, frames: Iterable[tuple[int, np.ndarray]], topic: str = "/camera/image_raw",
-                    storage: str = "mcap", compressed: str = "", encoding: str = "rgb8") -> int:
-    """Write (stamp_ns, rgb) frames as a new rosbag2 directory; header stamp = bag time. Returns the count.
-
-    ``compressed`` ("jpeg" or "png") writes sensor_msgs/CompressedImage instead of Image.
-    """
+def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]], storage: str = "mcap") -> int:
+    """Write (topic, bag_time_ns, rosbags message) as a new rosbag2 directory, in the order given; returns the count."""
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; a bag is written to a new directory")
-    msgtype = COMPRESSED if compressed else IMAGE
-    count = 0
+    count, conns = 0, {}
     with Writer(path, version=9, storage_plugin=STORAGES[storage]) as writer:
-        conn = writer.add_connection(topic, msgtype, typestore=TYPESTORE)
-        for stamp_ns, rgb in frames:
-            msg = image_message(rgb, stamp_ns, compressed=compressed, encoding=encoding)
-            writer.write(conn, int(stamp_ns), TYPESTORE.serialize_cdr(msg, msgtype))
+        for topic, t_ns, msg in messages:
+            msgtype = msg.__msgtype__
+            if topic not in conns:
+                conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE)
+            writer.write(conns[topic], int(t_ns), TYPESTORE.serialize_cdr(msg, msgtype))
             count += 1
     return count
+
+
+def write_image_bag(path: str | Path, frames: Iterable[tuple[int, np.ndarray]], topic: str = "/camera/image_raw",
+                    storage: str = "mcap", compressed: str = "", encoding: str = "rgb8") -> int:
+    """Write (stamp_ns, rgb) frames of one camera as a new rosbag2 directory; header stamp = bag time.
+
+    ``compressed`` ("jpeg" or "png") writes sensor_msgs/CompressedImage instead of Image.
+    """
+    messages = ((topic, s, image_message(rgb, s, compressed=compressed, encoding=encoding)) for s, rgb in frames)
+    return write_messages(path, messages, storage)

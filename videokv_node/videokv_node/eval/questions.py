@@ -68,7 +68,8 @@ def _answer_index(answer: str, choices: tuple[str, ...]) -> int | None:
     letter = _LETTER.match(answer)
     if letter is not None and LETTERS.index(letter.group(1)) < len(choices):
         return LETTERS.index(letter.group(1))
-    text = strip_choice_prefixes([answer])[0] if _PREFIX.match(answer) else answer.strip()
+    prefix = _PREFIX.match(answer)
+    text = answer[prefix.end():].strip() if prefix else answer.strip()  # "B. green" -> "green"
     folded = [c.casefold() for c in choices]
     for candidate in (answer.strip().casefold(), text.casefold()):
         if folded.count(candidate) == 1:
