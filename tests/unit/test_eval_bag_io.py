@@ -87,3 +87,15 @@ def test_restamped_unstamped_frame(tmp_path):
     again = TYPESTORE.deserialize_cdr(image.restamped(5 * NS), "sensor_msgs/msg/Image")
     assert (again.header.stamp.sec, again.header.stamp.nanosec) == (5, 0)
     np.testing.assert_array_equal(again.data, image.msg.data)
+
+
+def test_a_failed_write_leaves_no_bag(tmp_path):
+    def broken():
+        yield from frames(2)
+        raise ValueError("camera unplugged")
+
+    with pytest.raises(ValueError, match="unplugged"):
+        write_image_bag(tmp_path / "b", broken(), "/cam")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(FileExistsError):
+        write_image_bag(tmp_path, frames(1), "/cam")

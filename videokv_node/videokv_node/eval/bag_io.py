@@ -10,6 +10,7 @@ array here as in the node.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,15 +150,33 @@ def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]]
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; a bag is written to a new directory")
+    partial = path.with_name(f".{path.name}.partial")  # renamed into place when complete: never half a bag
+    shutil.rmtree(partial, ignore_errors=True)
     count, conns = 0, {}
-    with Writer(path, version=9, storage_plugin=STORAGES[storage]) as writer:
-        for topic, t_ns, msg in messages:
-            msgtype = msg.__msgtype__
-            if topic not in conns:
-                conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE)
-            writer.write(conns[topic], int(t_ns), TYPESTORE.serialize_cdr(msg, msgtype))
-            count += 1
+    try:
+        with Writer(partial, version=9, storage_plugin=STORAGES[storage]) as writer:
+            for topic, t_ns, msg in messages:
+                msgtype = msg.__msgtype__
+                if topic not in conns:
+                    conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE)
+                writer.write(conns[topic], int(t_ns), TYPESTORE.serialize_cdr(msg, msgtype))
+                count += 1
+        _rename_bag(partial, path)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return count
+
+
+def _rename_bag(partial: Path, path: Path) -> None:
+    """Move a finished bag into place; its storage files are named after the directory, so rename them and
+    their entry in metadata.yaml too."""
+    for f in partial.iterdir():
+        if f.name.startswith(partial.name):
+            f.rename(partial / (path.name + f.name[len(partial.name):]))
+    meta = partial / "metadata.yaml"
+    meta.write_text(meta.read_text().replace(partial.name, path.name))
+    partial.rename(path)
 
 
 def write_image_bag(path: str | Path, frames: Iterable[tuple[int, np.ndarray]], topic: str = "/camera/image_raw",

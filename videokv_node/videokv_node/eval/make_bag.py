@@ -36,8 +36,9 @@ def video_frames(path: str | Path, fps: float, max_side: int = 0, max_frames: in
                  start_ns: int = NS_PER_S) -> Iterator[tuple[int, np.ndarray]]:
     """(stamp_ns, RGB) frames of a video sampled at ``fps`` (0: every frame), stamped by video time.
 
-    Frame k of the file is at k / (the file's fps) seconds; a frame is kept when its time
-    reaches the next multiple of 1 / ``fps`` (the node's sampling rule, on video time).
+    Frame k of the file is at k / (the file's fps) seconds; a frame is kept when its time is at
+    least 1 / ``fps`` after the last kept one (the node's sampling rule, on video time). The file
+    is opened here, so an unreadable video raises ValueError before anything is written.
     """
     import cv2
 
@@ -48,7 +49,10 @@ def video_frames(path: str | Path, fps: float, max_side: int = 0, max_frames: in
     if not src_fps or not np.isfinite(src_fps) or src_fps <= 0:
         cap.release()
         raise ValueError(f"{path}: the video reports no frame rate")
-    period_ns = round(NS_PER_S / fps) if fps > 0 else 0
+    return _read(cap, cv2, src_fps, round(NS_PER_S / fps) if fps > 0 else 0, max_side, max_frames, start_ns, path)
+
+
+def _read(cap, cv2, src_fps, period_ns, max_side, max_frames, start_ns, path):
     next_ns, kept, k = 0, 0, 0
     try:
         while max_frames <= 0 or kept < max_frames:
