@@ -11,7 +11,9 @@ then ``FrameSampler`` on header stamps, same settings), so it knows how many fra
 the node will encode; before each question it waits on ``~/memory_stats`` until
 ``frames_ingested`` reaches that count, because the node's worker serves questions
 before queued frames. Publishing also waits whenever half of the node's frame queue
-is in use, so no frame is ever dropped for speed. The node's timers (the stats this
+is in use, so no frame is ever dropped for speed, and before a frame of another camera
+until the node has encoded every earlier frame: DDS orders messages per topic only,
+and the memory depends on the order frames are encoded in. The node's timers (the stats this
 waits on) run on the wall clock: during that wait the bag's clock is held still, so
 sim-time timers would never fire; the memory itself reads header stamps only.
 """
@@ -62,6 +64,7 @@ class RosTarget:
         self.counts = ReplayCounts()
         self.admission = Admission(FrameSampler(settings.sampler), self.counts)
         self.settle_timeout_s = settle_timeout_s
+        self._last_camera: str | None = None  # camera of the last admitted frame
         self._own_context = context is None
         if context is None:
             env = env or isolated_ros_env()
@@ -107,9 +110,14 @@ class RosTarget:
 
     def offer(self, image: BagImage) -> None:
         frame = self.admission.admit(image)
-        if frame is not None:  # keep the node's queue at most half full: it never drops for speed
-            need = self.counts.admitted - self.queue_size // 2
+        if frame is not None:
+            # DDS keeps each topic's order but not the order across topics: before a frame of another
+            # camera, the node must have encoded every earlier one, or its memory would differ.
+            # Otherwise keep its queue at most half full, so it never drops a frame for speed.
+            switch = self._last_camera not in (None, frame.camera)
+            need = self.counts.admitted - (1 if switch else self.queue_size // 2)
             self._stats(lambda s: s.frames_ingested >= need, f"ingested {need} frames")
+            self._last_camera = frame.camera
         data = image.raw if image.stamp_ns else image.restamped(image.bag_time_ns)
         self._pubs[image.topic].publish(data)
         sec, nanosec = divmod(image.bag_time_ns, NS_PER_S)
