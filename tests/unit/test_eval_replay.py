@@ -160,3 +160,24 @@ def test_cloze_option_scoring_when_available(tmp_path):
         replay(bag, questions("bag", [1.5]), target, writer, progress=False)
     (row,) = writer.rows
     assert row.method == "cloze" and row.prediction == CHOICES[row.option_index]
+
+
+def test_text_stream_is_handed_to_text_stream_main(monkeypatch):
+    import sys
+    import types
+
+    seen = {}
+    fake = types.ModuleType("videokv_node.eval.text_stream")
+    fake.add_arguments = lambda p: p.add_argument("--model", default="smollm2")
+    fake.main = lambda args: seen.setdefault("args", args) and 0
+    monkeypatch.setitem(sys.modules, "videokv_node.eval.text_stream", fake)
+    assert main(["--text-stream", "frames.jsonl", "q.json", "--model", "x"]) == 0
+    assert seen["args"].text_stream == ["frames.jsonl", "q.json"] and seen["args"].model == "x"
+
+
+def test_text_stream_missing_is_a_clear_error(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "videokv_node.eval.text_stream", None)  # import raises ImportError
+    assert main(["--text-stream", "frames.jsonl", "q.json"]) == 2
+    assert "--text-stream needs videokv_node/eval/text_stream.py" in capsys.readouterr().err
