@@ -125,6 +125,11 @@ class ResultWriter:
         """The encode time of one frame (vision tower + decoder prefill + policy)."""
         self.ingest_ms.append(float(ms))
 
+    def close(self) -> None:
+        """Close results.csv and skipped.jsonl without summarising (``finish`` calls it)."""
+        self._csv_file.close()
+        self._skip_file.close()
+
     # --- the summary ---------------------------------------------------------
     def summary(self) -> dict:
         judged = [r for r in self.rows if r.correct is not None]
@@ -157,8 +162,7 @@ class ResultWriter:
         if self.finished:
             raise RuntimeError("finish() was already called")
         self.finished = True
-        self._csv_file.close()
-        self._skip_file.close()
+        self.close()
         summary = self.summary()
         summary.update(_jsonable(extra or {}))
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
