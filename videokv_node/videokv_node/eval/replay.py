@@ -131,7 +131,11 @@ class EngineTarget:
         if frame is None:
             return
         t0 = time.perf_counter()
-        self.engine.ingest([frame])
+        try:
+            self.engine.ingest([frame])
+        except Exception as exc:  # noqa: BLE001 - the node's worker drops and counts such a frame; so does this
+            self.counts.drop(f"model_error: {type(exc).__name__}")
+            return
         self.encode_ms.append((time.perf_counter() - t0) * 1e3)
         s = self.engine.stats()
         self.samples.append((frame.stamp_ns, s.bytes_resident, s.bytes_offloaded))
