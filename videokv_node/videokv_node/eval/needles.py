@@ -9,10 +9,10 @@ for ``python -m videokv_node.eval --text-stream DIR/needles-000.jsonl DIR/questi
 
 What a memory must do here: keep (or retrieve) the few frames that matter for a question it
 has not seen yet, out of many that do not. Question types, each multiple-choice with 4 options:
-- ``single_fact``: where an object was left, stated in one frame;
+- ``single_fact``: where an object was left or what was left in a place, stated in one frame;
 - ``two_facts``: the room an object is in, which needs two frames (object -> container,
   container -> room), stated apart;
-- ``order``: which of two sightings came first, two frames apart in time.
+- ``order``: which of two sightings came first (or last), two frames apart in time.
 Needles lie in the first ``needle_span`` of the stream; questions are asked at its end, so
 every needle is at least half a stream old when asked. Distractors are generic robot log lines
 that never mention a needle's object, container, room or animal, so a question has exactly
@@ -112,7 +112,8 @@ def _distractor(rng: random.Random) -> str:
 
 def make_stream(video_id: str, n_frames: int, rng: random.Random, period_s: float = 2.0, needle_span: float = 0.5) -> NeedleStream:
     """One stream of ``n_frames`` frames every ``period_s`` s with 6 needle frames in its first
-    ``needle_span``, and 4 questions: 2 single_fact, 1 two_facts, 1 order."""
+    ``needle_span``, and 8 questions: 5 single_fact (each object's place and the place's object,
+    the container's room), 1 two_facts, 2 order (which sighting came first, which last)."""
     n_needles = 6
     span = max(n_needles, int(n_frames * needle_span))
     if n_frames < n_needles + 1 or span > n_frames:
@@ -148,15 +149,21 @@ def make_stream(video_id: str, n_frames: int, rng: random.Random, period_s: floa
     for i in (0, 1):
         choices, answer = _choices(rng, places[i], PLACES, exclude=(places[1 - i],))
         questions.append(NeedleQuestion(f"Where was the {objs[i]} left?", choices, answer, "single_fact", (at[i],)))
+        # The same fact asked the other way round: its object among objects never in the stream.
+        choices, answer = _choices(rng, objs[i], OBJECTS, exclude=tuple(o for o in objs if o != objs[i]))
+        questions.append(NeedleQuestion(f"What was left in the {places[i]}?", choices, answer, "single_fact", (at[i],)))
     choices, answer = _choices(rng, room, ROOMS)
+    questions.append(NeedleQuestion(f"In which room is the {container}?", choices, answer, "single_fact", (at[3],)))
     questions.append(NeedleQuestion(f"In which room is the {objs[2]}?", choices, answer, "two_facts", (at[2], at[3])))
-    choices, answer = _choices(rng, first, ANIMALS, exclude=(second,))
-    choices = list(choices)
-    # The other sighting is always an option, so the question is about order, not presence.
-    choices[(answer + 1) % N_CHOICES] = second
-    questions.append(NeedleQuestion(
-        "Which animal did the robot see first near the door?", tuple(choices), answer, "order", (at[4], at[5])
-    ))
+    sightings = (at[4], at[5])
+    for which, right, other in (("first", first, second), ("last", second, first)):
+        choices, answer = _choices(rng, right, ANIMALS, exclude=(other,))
+        choices = list(choices)
+        # The other sighting is always an option, so the question is about order, not presence.
+        choices[(answer + 1) % N_CHOICES] = other
+        questions.append(NeedleQuestion(
+            f"Which animal did the robot see {which} near the door?", tuple(choices), answer, "order", sightings
+        ))
     return NeedleStream(video_id, tuple(zip(stamps, texts)), tuple(questions))
 
 

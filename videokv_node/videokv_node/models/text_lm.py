@@ -38,7 +38,7 @@ from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 FILLER = " "  # the padding text: one token in byte-level BPE tokenizers (SmolLM2's, the tiny one)
-SMOLLM2_TOKENS_PER_FRAME = 32  # fits a sentence of ~20 words with its stamp
+SMOLLM2_TOKENS_PER_FRAME = 24  # a sentence of ~15 words with its stamp (needle frames take at most 18)
 TINY_TOKENS_PER_FRAME = 64  # the tiny tokenizer is one token per byte
 
 
