@@ -312,7 +312,8 @@ class VideoMemoryEngine:
             for i, token in enumerate(cont):
                 total += float(torch.log_softmax(step_logits.double(), dim=0)[token])
                 if i + 1 < len(cont):  # the last token's successor is never needed
-                    step_logits = self.adapter.forward(self.adapter.embed_tokens([token]), self.adapter.text_positions(pos, 1), cache)
+                    embeds = self.adapter.embed_tokens([token])  # (1, 1, hidden)
+                    step_logits = self.adapter.forward(embeds, self.adapter.text_positions(pos, 1), cache)
                     pos += 1
             for layer in cache.layers:
                 layer.crop(-(len(cont) - 1))  # back to the question's context (crop(0) is a no-op)
