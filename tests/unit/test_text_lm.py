@@ -17,7 +17,7 @@ import torch
 from tests.unit.test_policy_parity import BIG, UNBOUNDED
 from videokv_node.eval.text_frames import TextStreamError, load_text_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.models.factory import load_adapter
+from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.models.smollm2 import smollm2_available
 from videokv_node.models.text_lm import TextLMAdapter, text_frame, tiny_text_model
 
@@ -65,9 +65,13 @@ def test_too_long_frames_and_images_are_refused(tiny_text):
         text_frame(1.0, "  ")
 
 
-def test_the_factory_builds_tiny_text():
-    adapter = load_adapter("tiny-text", device="cpu")
+def test_the_factory_builds_text_models_only_for_text_frames():
+    adapter = load_adapter("tiny-text", device="cpu", text_frames=True)
     assert adapter.name == "tiny-text" and adapter.tokens_per_frame == 64
+    with pytest.raises(ModelLoadError, match="is a text model: its frames are texts"):
+        load_adapter("tiny-text", device="cpu")  # the node feeds camera images
+    with pytest.raises(ModelLoadError, match="text frames need a text model"):
+        load_adapter("tiny", device="cpu", text_frames=True)
 
 
 @pytest.mark.parametrize("name", sorted(UNBOUNDED))

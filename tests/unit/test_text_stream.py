@@ -72,5 +72,5 @@ def test_bad_inputs_are_refused_before_anything_runs(tmp_path, inputs, capsys):
     assert "frame 1 (stamp 1.0 s)" in capsys.readouterr().err
     assert main(["--text-stream", str(frames), str(questions), "--out", str(tmp_path / "o3"), "--model", "tiny",
                  "--no-progress"]) == 2
-    assert "needs a text model" in capsys.readouterr().err
+    assert "text frames need a text model" in capsys.readouterr().err
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()

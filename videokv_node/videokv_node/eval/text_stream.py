@@ -63,9 +63,8 @@ class TextTarget:
 
         if settings.torch_threads > 0:
             torch.set_num_threads(settings.torch_threads)
-        adapter = load_adapter(settings.model, device=settings.device, dtype=settings.dtype, seed=settings.seed)
-        if not isinstance(adapter, TextLMAdapter):
-            raise ConfigError(f"--text-stream needs a text model (smollm2, tiny-text); {settings.model!r} takes images")
+        adapter = load_adapter(settings.model, settings.device, settings.dtype, settings.seed, text_frames=True)
+        assert isinstance(adapter, TextLMAdapter)  # load_adapter's guarantee with text_frames
         self.engine = VideoMemoryEngine(adapter, settings.memory, settings.generation)
         self.method = "letter"  # how the next multiple-choice question is scored (set per row)
         self.encode_ms: list[float] = []

