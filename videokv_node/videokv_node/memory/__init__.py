@@ -2,12 +2,13 @@
 
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.question import Answer, Evidence, Frame, Question, RequestError
+from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.stats import EngineStats
 
 __all__ = [
     "Answer",
     "ConfigError",
+    "Continuations",
     "EngineStats",
     "Evidence",
     "Frame",

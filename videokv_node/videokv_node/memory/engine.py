@@ -25,7 +25,7 @@ from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
-from videokv_node.memory.question import Answer, Evidence, Frame, Question, RequestError
+from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
 from videokv_node.memory.retrieval_cache import (
     QueryCapture,
@@ -269,6 +269,63 @@ class VideoMemoryEngine:
         """Answer from memory. ``on_token(text_so_far)`` is called per generated token if given."""
         t0 = time.perf_counter()
         ids = self.validate(question)
+        max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
+        # Multiple choice is read from the prefill's logits: a question stage, which only changes
+        # decoding, has nothing to do there, so it does not even collect attention.
+        stage = self.question_stage if not question.options else None
+        logits, cache, chosen, next_pos = self._prefill(question, ids, max_new, stage)
+        ttft = time.perf_counter() - t0
+        if question.options:
+            letter_ids = self.adapter.option_token_ids(len(question.options))
+            probs = torch.softmax(logits[letter_ids], dim=0)
+            index = int(torch.argmax(probs))
+            text, scores = question.options[index], probs.tolist()
+            if on_token:
+                on_token(text)
+        else:
+            text = self._generate(logits, cache, next_pos + len(ids), max_new, on_token)
+            index, scores = -1, []
+        return Answer(text, index, scores, self._evidence(chosen), ttft, time.perf_counter() - t0, self._context_len)
+
+    @torch.inference_mode()
+    def score_continuations(self, question: Question, continuations: list[str]) -> Continuations:
+        """Summed log-probability of each continuation's tokens as the answer to the open ``question``.
+
+        Cloze-style multiple choice: the memory is assembled and the question prefilled once
+        (then the question stage, as before decoding); every continuation is scored on that
+        same cache, which is cut back to it after each one, so the stream is never re-encoded
+        and the continuations never see each other. ``question.options`` must be empty: the
+        continuations are the options.
+        """
+        t0 = time.perf_counter()
+        if question.options:
+            raise RequestError("score_continuations takes the options as continuations; question.options must be empty")
+        if not continuations or any(not c.strip() for c in continuations):
+            raise RequestError("continuations must be non-empty strings, at least one")
+        ids = self.validate(question)
+        tokens = [self.adapter.text_ids(c) for c in continuations]
+        logits, cache, chosen, next_pos = self._prefill(question, ids, max(map(len, tokens)), self.question_stage)
+        ttft = time.perf_counter() - t0
+        scores = []
+        for cont in tokens:
+            step_logits, total, pos = logits, 0.0, next_pos + len(ids)
+            for i, token in enumerate(cont):
+                total += float(torch.log_softmax(step_logits.double(), dim=0)[token])
+                if i + 1 < len(cont):  # the last token's successor is never needed
+                    embeds = self.adapter.embed_tokens([token])  # (1, 1, hidden)
+                    step_logits = self.adapter.forward(embeds, self.adapter.text_positions(pos, 1), cache)
+                    pos += 1
+            for layer in cache.layers:
+                layer.crop(-(len(cont) - 1))  # back to the question's context (crop(0) is a no-op)
+            scores.append(total)
+        return Continuations(scores, self._evidence(chosen), ttft, time.perf_counter() - t0, self._context_len)
+
+    def _prefill(self, question: Question, ids: list[int], max_new: int, stage):
+        """Assemble the question's context and prefill its ``ids`` on it, then run ``stage`` (if any).
+
+        Returns (first answer token's logits, cache, blocks attended to by id, position of the first
+        question token); refuses (RequestError) a question with nothing to attend to or too long a context.
+        """
         candidates = self.candidates(question)
         # Frames a policy has not encoded yet (an open segment) are encoded for this question only.
         pending = [u for u in self.policy.pending_units() if self._matches(question, u.camera, u.stamps_ns or (u.stamp_ns,))]
@@ -281,33 +338,22 @@ class VideoMemoryEngine:
         geo = self.adapter.geometry
         capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim)
         cache, chosen, next_pos = self._question_cache(selection, capture)
-        max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
         if next_pos + len(ids) + max_new > self.adapter.max_positions:
             raise RequestError(f"context of {next_pos + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
         positions = self.adapter.text_positions(next_pos, len(ids))
-        # Multiple choice is read from the prefill's logits: a question stage, which only changes
-        # decoding, has nothing to do there, so it does not even collect attention.
-        stage = self.question_stage if not question.options else None
         observer = stage.observer(self.sink.n_tokens, len(ids)) if stage is not None else None
         with capture.attached(self.adapter.query_modules()):
             logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
         self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
         if stage is not None:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
-        ttft = time.perf_counter() - t0
-        if question.options:
-            letter_ids = self.adapter.option_token_ids(len(question.options))
-            probs = torch.softmax(logits[letter_ids], dim=0)
-            index = int(torch.argmax(probs))
-            text, scores = question.options[index], probs.tolist()
-            if on_token:
-                on_token(text)
-        else:
-            text = self._generate(logits, cache, next_pos + len(ids), max_new, on_token)
-            index, scores = -1, []
+        return logits, cache, chosen, next_pos
+
+    @staticmethod
+    def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:
+        """The frames an answer attended to, oldest first (a summary token with no stamp cites none)."""
         cited = {(s, b.camera) for b in chosen.values() if b.stamp_ns > 0 or b.kind != "summary" for s in b.stamps_ns}
-        evidence = [Evidence(s, c) for s, c in sorted(cited)]
-        return Answer(text, index, scores, evidence, ttft, time.perf_counter() - t0, self._context_len)
+        return [Evidence(s, c) for s, c in sorted(cited)]
 
     def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
         """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.

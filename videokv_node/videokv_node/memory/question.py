@@ -15,7 +15,7 @@ class RequestError(ValueError):
 class Frame:
     camera: str  # topic name
     stamp_ns: int  # header stamp
-    rgb: np.ndarray  # (H, W, 3) uint8
+    rgb: np.ndarray  # (H, W, 3) uint8; for a text LM (models/text_lm.py) the frame's text, a str
 
 
 @dataclass(slots=True)
@@ -43,3 +43,14 @@ class Answer:
     ttft_s: float  # question start -> first token (or option scores)
     total_s: float
     n_context_tokens: int  # tokens the question attended to in its largest layer, sink included (layers may differ)
+
+
+@dataclass(slots=True)
+class Continuations:
+    """``VideoMemoryEngine.score_continuations``: how likely each continuation is as the answer."""
+
+    logprobs: list[float]  # per continuation, the sum of its tokens' log-probabilities (natural log)
+    evidence: list[Evidence]  # frames whose KV the scoring attended to, oldest first
+    ttft_s: float  # question start -> context assembled and question prefilled
+    total_s: float  # question start -> every continuation scored
+    n_context_tokens: int  # as Answer.n_context_tokens

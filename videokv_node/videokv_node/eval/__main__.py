@@ -1,0 +1,154 @@
+"""``python -m videokv_node.eval``: replay a bag (or a text stream) and score the answers.
+
+    python -m videokv_node.eval BAG QUESTIONS.json --out DIR [--via engine|ros] [--rate R]
+        [--topics T ...] [--video-id ID] [--model tiny] [--policy rekv] [--budget-tokens N]
+        [--sample-fps F] [--param memory.retrieve_frames=4 ...] [--option-scoring letter|cloze]
+    python -m videokv_node.eval --text-stream FRAMES.jsonl QUESTIONS.json ...   (eval/text_stream.py)
+
+Exit status: 0 when the run completed (skipped questions are listed in skipped.jsonl
+and summary.json), 2 for unusable inputs (nothing run), 1 when the run failed part-way:
+the rows written so far stay in results.csv and a summary of them is still written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+USAGE_ERROR, RUN_ERROR = 2, 1
+
+
+def _memory_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("memory settings (the node's parameters, config/memory.yaml)")
+    g.add_argument("--model", default="tiny", help="tiny, tiny-qwen2.5-vl or a local checkpoint directory")
+    g.add_argument("--device", default="auto")
+    g.add_argument("--dtype", default="auto")
+    g.add_argument("--seed", type=int, default=0, help="seed of a tiny model's random weights")
+    g.add_argument("--torch-threads", type=int, default=0, help="intra-op CPU threads (0: torch's default)")
+    g.add_argument("--policy", help="memory.policy: full, rekv, streamkv, hermes, mukv")
+    g.add_argument("--budget-tokens", type=int, help="memory.budget_tokens")
+    g.add_argument("--sample-fps", type=float, help="frames per second per camera entering memory (0: all)")
+    g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="any other node parameter, e.g. memory.retrieve_frames=4 (repeatable)")
+
+
+def bag_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m videokv_node.eval",
+                                description="Replay a rosbag2's camera topics into the memory and ask the questions at their times.")
+    p.add_argument("bag", type=Path, help="rosbag2 directory (mcap or sqlite3)")
+    p.add_argument("questions", type=Path, help="question file (ReKV/StreamKV schema)")
+    p.add_argument("--out", type=Path, required=True, help="directory for results.csv, summary.json, plots, report.md")
+    p.add_argument("--via", choices=("engine", "ros"), default="engine",
+                   help="engine: in-process (fast); ros: the node as a process, over DDS")
+    p.add_argument("--rate", type=float, default=0.0, help="real-time factor; 0 (default): as fast as possible")
+    p.add_argument("--topics", nargs="+", help="image topics to replay (default: every image topic of the bag)")
+    p.add_argument("--video-id", help="entry of the question file to use (default: the bag's name, or the only entry)")
+    p.add_argument("--option-scoring", choices=("letter", "cloze"), default="letter",
+                   help="multiple choice: option letter logits (the node's way) or cloze log-likelihood (--via engine)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _memory_arguments(p)
+    return p
+
+
+def memory_parameters(args: argparse.Namespace) -> dict:
+    """The node parameters the command line sets (explicit options win over --param)."""
+    from videokv_node.eval.settings import parse_param, typed_parameters
+
+    params = dict(parse_param(p) for p in args.param)
+    params.update(model=args.model, device=args.device, dtype=args.dtype, seed=args.seed, torch_threads=args.torch_threads)
+    for name, value in (("memory.policy", args.policy), ("memory.budget_tokens", args.budget_tokens),
+                        ("sample_fps", args.sample_fps)):
+        if value is not None:
+            params[name] = value
+    return typed_parameters(params)
+
+
+def run_bag(args: argparse.Namespace) -> int:
+    from videokv_node.eval.bag_io import BagError, ImageBag
+    from videokv_node.eval.questions import QuestionFileError, load_questions, select_video
+    from videokv_node.eval.replay import EngineTarget, replay
+    from videokv_node.eval.results import ResultWriter
+    from videokv_node.eval.settings import engine_settings
+    from videokv_node.memory.config import ConfigError
+
+    if args.via == "ros" and args.option_scoring != "letter":
+        print("error: --option-scoring cloze needs --via engine (the node scores option letters)", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        params = memory_parameters(args)
+        settings = engine_settings(params)
+        videos = load_questions(args.questions)
+        bag = ImageBag(args.bag, args.topics)
+    except (ConfigError, ValueError, QuestionFileError, BagError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    with bag:
+        try:
+            video = select_video(videos, args.video_id or bag.name)
+            if args.video_id and video.video_id != args.video_id:
+                raise QuestionFileError(f"no video_id {args.video_id!r} in {args.questions}")
+        except QuestionFileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        config = {"bag": str(args.bag), "questions": str(args.questions), "video_id": video.video_id, "via": args.via,
+                  "rate": args.rate, "topics": bag.topics, "option_scoring": args.option_scoring,
+                  "parameters": params, "settings": settings}
+        writer = ResultWriter(args.out, config)
+        target, extra, code = None, {}, 0
+        try:
+            if args.via == "engine":
+                target = EngineTarget(settings, args.option_scoring)
+            else:
+                from videokv_node.eval.ros_target import RosTarget
+
+                compressed = {t for t, m in bag.available.items() if m.endswith("CompressedImage")}
+                target = RosTarget(settings, params, bag.topics, compressed & set(bag.topics), log_path=args.out / "node.log")
+            extra = replay(bag, video, target, writer, rate=args.rate, progress=not args.no_progress)
+        except KeyboardInterrupt:
+            extra, code = {"run_error": "interrupted"}, RUN_ERROR
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the rows so far are summarised
+            extra, code = {"run_error": f"{type(exc).__name__}: {exc}"}, RUN_ERROR
+            print(f"error: the run failed part-way: {exc}", file=sys.stderr)
+        finally:
+            if target is not None:
+                try:
+                    target.close()
+                except Exception as exc:  # noqa: BLE001
+                    extra.setdefault("close_error", str(exc))
+            summary = writer.finish(extra)
+    acc = summary["accuracy"]
+    print(f"{summary['questions_answered']} answered, {summary['questions_skipped']} skipped, accuracy "
+          f"{'n/a' if acc is None else f'{acc:.3f}'}; results in {args.out}")
+    if summary.get("bag_error"):
+        print(f"warning: {summary['bag_error']}", file=sys.stderr)
+    return code
+
+
+def run_text_stream(argv: list[str]) -> int:
+    """Hand ``--text-stream FRAMES QUESTIONS ...`` to eval/text_stream.py (the SmolLM2 path)."""
+    try:
+        # import_module, not ``from videokv_node.eval import``: the latter finds the attribute on
+        # the package once imported, bypassing sys.modules (which the tests stand in for).
+        text_stream = importlib.import_module("videokv_node.eval.text_stream")
+    except ImportError as exc:
+        print(f"error: --text-stream needs videokv_node/eval/text_stream.py, which cannot be imported: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    p = argparse.ArgumentParser(prog="python -m videokv_node.eval --text-stream",
+                                description="Evaluate the memory on a stream of text frames.")
+    p.add_argument("--text-stream", nargs=2, metavar=("FRAMES.jsonl", "QUESTIONS.json"), required=True)
+    if hasattr(text_stream, "add_arguments"):
+        text_stream.add_arguments(p)
+    return int(text_stream.main(p.parse_args(argv)) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--text-stream" or a.startswith("--text-stream=") for a in argv):
+        return run_text_stream(argv)
+    return run_bag(bag_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

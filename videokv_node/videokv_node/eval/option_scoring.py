@@ -1,0 +1,59 @@
+"""Two ways to pick a multiple-choice option from memory, reported side by side.
+
+- ``letter``: the options are listed in the prompt as "A. ...", and the option whose letter
+  has the largest logit as the first answer token wins (``VideoMemoryEngine.ask``, what the
+  node does for a request with options). Scores: softmax over the letters.
+- ``cloze``: the question is asked open, and each option's text is scored as the
+  continuation of the answer, by the sum of its tokens' log-probabilities
+  (``VideoMemoryEngine.score_continuations``: the context is assembled and the question
+  prefilled once, every option reuses that cached KV). Scores: the summed log-probabilities.
+  Why both: a 135M model barely follows the "answer with the letter" instruction (near
+  chance, issue 6), yet the likelihood of the right text still shows what it remembers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.question import Question
+
+METHODS = ("letter", "cloze")
+
+
+@dataclass(frozen=True, slots=True)
+class OptionChoice:
+    index: int  # the chosen option
+    scores: list[float]  # per option: letter probability (letter) or summed log-probability (cloze)
+    method: str  # letter or cloze
+    ttft_s: float  # question start -> the first scores available (letter: all of them)
+    total_s: float  # question start -> every option scored
+    evidence_stamps_ns: list[int]  # frames the scoring attended to, oldest first
+    n_context_tokens: int  # tokens attended to in the largest layer, sink included
+
+
+def choose_option(engine: VideoMemoryEngine, question: str | Question, choices: list[str], method: str) -> OptionChoice:
+    """Score ``choices`` for ``question`` from the engine's memory, without changing the memory.
+
+    ``question`` may be a ``Question`` (its cameras and time window are kept; its options are
+    replaced by ``choices``). Raises ValueError for an unknown method, RequestError as the
+    engine does for a question it refuses.
+    """
+    base = question if isinstance(question, Question) else Question(question)
+    if method == "letter":
+        answer = engine.ask(_with_options(base, list(choices)))
+        return OptionChoice(answer.option_index, answer.option_scores, method, answer.ttft_s, answer.total_s,
+                            [e.stamp_ns for e in answer.evidence], answer.n_context_tokens)
+    if method == "cloze":
+        result = engine.score_continuations(_with_options(base, []), list(choices))
+        index = int(torch.argmax(torch.tensor(result.logprobs)))  # ties: the first option
+        return OptionChoice(index, result.logprobs, method, result.ttft_s, result.total_s,
+                            [e.stamp_ns for e in result.evidence], result.n_context_tokens)
+    raise ValueError(f"unknown option scoring method {method!r}; use one of {METHODS}")
+
+
+def _with_options(q: Question, options: list[str]) -> Question:
+    return Question(q.text, options=options, cameras=list(q.cameras), since_ns=q.since_ns, until_ns=q.until_ns,
+                    max_new_tokens=q.max_new_tokens)

@@ -1,0 +1,172 @@
+"""``--via ros``: the node as its own process, the bag's messages republished to it over DDS.
+
+rclpy is imported when a ``RosTarget`` is made, never at module import, so the
+evaluation package stays importable without ROS. The recorded CDR bytes are
+published unchanged (an unstamped frame gets its bag time as stamp, which is what
+the node would give it under ``use_sim_time``), ``/clock`` follows the bag time, and
+questions go through the node's ``~/ask`` service.
+
+Ordering is exact at any speed: this side runs the node's own admission (decode,
+then ``FrameSampler`` on header stamps, same settings), so it knows how many frames
+the node will encode; before each question it waits on ``~/memory_stats`` until
+``frames_ingested`` reaches that count, because the node's worker serves questions
+before queued frames. Publishing also waits whenever half of the node's frame queue
+is in use, so no frame is ever dropped for speed, and before a frame of another camera
+until the node has encoded every earlier frame: DDS orders messages per topic only,
+and the memory depends on the order frames are encoded in. The node's timers (the stats this
+waits on) run on the wall clock: during that wait the bag's clock is held still, so
+sim-time timers would never fire; the memory itself reads header stamps only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from videokv_node.eval.bag_io import BagImage
+from videokv_node.eval.questions import EvalQuestion
+from videokv_node.eval.replay import Admission, AskRefused, MemoryState, ReplayCounts, Reply
+from videokv_node.eval.results import ResultWriter
+from videokv_node.eval.settings import EngineSettings
+from videokv_node.ingest.sampler import NS_PER_S, FrameSampler
+
+NODE_NAME = "videokv_eval"
+# Node parameters of the replay itself (the memory settings come from the caller).
+REPLAY_PARAMS = {
+    "camera_qos": "reliable",  # a replay must not lose frames to best effort
+    "camera_qos_depth": 1000,
+    "queue_size": 16,
+    "stats_period_s": 0.05,
+    "max_pending_questions": 4,
+    "question_timeout_s": 3600.0,
+    "use_sim_time": False,
+}
+
+
+class RosTarget:
+    """Starts the node (``ros/launcher.py``), publishes frames, asks through ``ros/client.py``."""
+
+    via = "ros"
+
+    def __init__(self, settings: EngineSettings, params: dict, topics: list[str], compressed: set[str],
+                 context=None, env: dict | None = None, settle_timeout_s: float = 600.0, log_path=None) -> None:
+        import os
+
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.node import Node
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rosgraph_msgs.msg import Clock
+        from sensor_msgs.msg import CompressedImage, Image
+
+        from videokv_node.ros.client import MemoryClient
+        from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
+
+        self.counts = ReplayCounts()
+        self.admission = Admission(FrameSampler(settings.sampler), self.counts)
+        self.settle_timeout_s = settle_timeout_s
+        self._last_camera: str | None = None  # camera of the last admitted frame
+        self._own_context = context is None
+        if context is None:
+            env = env or isolated_ros_env()
+            for key in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "RMW_IMPLEMENTATION"):
+                os.environ[key] = env[key]  # this process joins the node's isolated domain
+            context = Context()
+            rclpy.init(context=context)
+        self._context = context
+        raw = [t for t in topics if t not in compressed]
+        node_params = {**params, **REPLAY_PARAMS, "image_topics": raw or [""], "compressed_topics": sorted(compressed) or [""]}
+        self.queue_size = node_params["queue_size"]
+        self.proc = NodeProcess(node_params, env or dict(os.environ), log_path=log_path, node_name=NODE_NAME)
+        self.client = MemoryClient(node_name=f"/{NODE_NAME}", context=context, client_name=f"{NODE_NAME}_player_client")
+        self.player = Node(f"{NODE_NAME}_player", context=context)
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self._pubs = {t: self.player.create_publisher(CompressedImage if t in compressed else Image, t, qos) for t in topics}
+        self._clock = self.player.create_publisher(Clock, "/clock", 10)
+        self._Clock = Clock
+        try:
+            self._wait_up()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_up(self, timeout: float = 180.0) -> None:
+        if not self.client.wait_ready(timeout=timeout):
+            raise RuntimeError("the node did not come up:\n" + self.proc.output()[-3000:])
+        deadline = time.monotonic() + timeout
+        for pub in self._pubs.values():
+            while pub.get_subscription_count() == 0:
+                if time.monotonic() > deadline or not self.proc.alive():
+                    raise RuntimeError(f"the node never subscribed to {pub.topic_name}:\n" + self.proc.output()[-3000:])
+                time.sleep(0.05)
+        self.client.wait_stats(lambda s: True, timeout=timeout)
+        time.sleep(0.5)  # discovery completes on each side separately: let the node's readers match too
+
+    def _stats(self, predicate, what: str):
+        try:
+            return self.client.wait_stats(predicate, timeout=self.settle_timeout_s)
+        except TimeoutError as exc:
+            alive = "running" if self.proc.alive() else f"exited with {self.proc.proc.returncode}"
+            raise RuntimeError(f"the node (process {alive}) never {what}: {exc}\n{self.proc.output()[-3000:]}") from exc
+
+    def offer(self, image: BagImage) -> None:
+        frame = self.admission.admit(image)
+        if frame is not None:
+            # DDS keeps each topic's order but not the order across topics: before a frame of another
+            # camera, the node must have encoded every earlier one, or its memory would differ.
+            # Otherwise keep its queue at most half full, so it never drops a frame for speed.
+            switch = self._last_camera not in (None, frame.camera)
+            need = self.counts.admitted - (1 if switch else self.queue_size // 2)
+            self._stats(lambda s: s.frames_ingested >= need, f"ingested {need} frames")
+            self._last_camera = frame.camera
+        data = image.raw if image.stamp_ns else image.restamped(image.bag_time_ns)
+        self._pubs[image.topic].publish(data)
+        sec, nanosec = divmod(image.bag_time_ns, NS_PER_S)
+        clock = self._Clock()
+        clock.clock.sec, clock.clock.nanosec = sec, nanosec
+        self._clock.publish(clock)
+
+    def settle(self) -> None:
+        """Return once the node has encoded every frame it admitted so far."""
+        n = self.counts.admitted
+        self._last = self._stats(lambda s: s.frames_ingested >= n and s.queue_depth == 0, f"ingested {n} frames")
+
+    def ask(self, q: EvalQuestion) -> Reply:
+        resp = self.client.ask(q.question, options=list(q.choices), timeout=REPLAY_PARAMS["question_timeout_s"])
+        if not resp.success:
+            raise AskRefused(resp.message)
+        stamps = [int(t.sec) * NS_PER_S + int(t.nanosec) for t in resp.evidence_stamps]
+        return Reply(resp.answer, int(resp.option_index), stamps, float(resp.ttft_s), float(resp.total_s),
+                     "letter" if q.choices else "")
+
+    def memory(self) -> MemoryState:
+        s = self._last
+        # The node reports no encode total; frames x its median per-frame ingest time estimates it.
+        return MemoryState(s.frames_in_memory, s.tokens_resident, s.bytes_resident, s.bytes_offloaded,
+                           s.frames_ingested * float(s.ingest_ms_p50))
+
+    def report(self, writer: ResultWriter, origin_ns: int) -> dict:
+        self.settle()
+        for s in self.client.history:
+            newest = int(s.newest_stamp.sec) * NS_PER_S + int(s.newest_stamp.nanosec)
+            if s.frames_ingested:
+                writer.add_memory_sample((newest - origin_ns) / NS_PER_S, s.bytes_resident, s.bytes_offloaded)
+        last = self._last
+        return {
+            "ingest_ms_per_frame": {"p50": float(last.ingest_ms_p50), "p95": float(last.ingest_ms_p95), "n": int(last.frames_ingested)},
+            "ingest_ms_source": "the node's ~/memory_stats (its window of the last 256 frames); "
+                                "encode_ms_total is frames_ingested x that p50",
+            "node_frames_dropped": int(last.frames_dropped),
+        }
+
+    def close(self) -> None:
+        import rclpy
+
+        try:
+            self.player.destroy_node()
+            self.client.close()
+        finally:
+            code = self.proc.stop()
+            if self._own_context:
+                rclpy.try_shutdown(context=self._context)
+        if code not in (0, None):
+            raise RuntimeError(f"the node exited with {code}:\n{self.proc.output()[-3000:]}")
