@@ -50,40 +50,49 @@ def _init(rank: int, world: int, port: int, timeout_s: float) -> None:
 
 
 def parity_worker(rank: int, world: int, port: int, out_dir: str, jobs: list[dict], decode_steps: int) -> None:
-    """Run each job (a SpavaConfig's kwargs plus total/question_len); record layer outputs and logits."""
+    """For every sub-world W = 2..world (the first W ranks, a process group of their own: starting one
+    job per W would cost seconds per process) run each job (a SpavaConfig's kwargs plus total and
+    question_len) and record each layer's attention output of the local tokens and the logits."""
     from videokv_node.spava.config import SpavaConfig
     from videokv_node.spava.runner import ShardRunner
 
     _init(rank, world, port, 60.0)
     decoder, lm_head = tiny_decoder64()
-    results = []
-    for job in jobs:
-        job = dict(job)
-        total, question_len = job.pop("total"), job.pop("question_len")
-        runner = ShardRunner(decoder, lm_head, SpavaConfig(**job))
-        layers: list[torch.Tensor] = []
-        hooks = [layer.self_attn.o_proj.register_forward_pre_hook(lambda m, args: layers.append(args[0][0].clone()))
-                 for layer in decoder.layers]
-        embeds = job_inputs(total)
-        logits = [runner.prefill(embeds, question_len)]
-        for h in hooks:
-            h.remove()
-        positions = runner.layout.local_positions(rank)
-        for step in range(decode_steps):
-            logits.append(runner.decode(job_inputs(1, seed=100 + step)))
-        results.append({"positions": positions, "layers": layers, "logits": logits})
+    results: dict[int, list[dict]] = {}
+    for sub_world in range(2, world + 1):
+        group = dist.new_group(list(range(sub_world)))  # collective: every rank calls it
+        if rank >= sub_world:
+            continue
+        results[sub_world] = []
+        for job in jobs:
+            job = dict(job)
+            total, question_len = job.pop("total"), job.pop("question_len")
+            runner = ShardRunner(decoder, lm_head, SpavaConfig(**job), group)
+            layers: list[torch.Tensor] = []
+            hooks = [layer.self_attn.o_proj.register_forward_pre_hook(lambda m, args: layers.append(args[0][0].clone()))
+                     for layer in decoder.layers]
+            logits = [runner.prefill(job_inputs(total), question_len)]
+            for h in hooks:
+                h.remove()
+            for step in range(decode_steps):
+                logits.append(runner.decode(job_inputs(1, seed=100 + step)))
+            results[sub_world].append({"positions": runner.layout.local_positions(rank), "layers": layers, "logits": logits})
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
 
 def failing_worker(rank: int, world: int, port: int, out_dir: str, failure: str, timeout_s: float) -> None:
-    """Rank world-1 dies (``failure='die'``) or hangs (``'hang'``) before the prefill; the others record their error."""
+    """Rank world-1 dies (``failure='die'``) or hangs (``'hang'``) before layer 0's attention; the others
+    record their error. No model: one layer's attention call is where a job waits for its peers."""
     from videokv_node.spava.config import SpavaConfig
-    from videokv_node.spava.runner import ShardRunner
+    from videokv_node.spava.layout import Layout
+    from videokv_node.spava.shard import ShardPrefill
 
     _init(rank, world, port, timeout_s)
-    decoder, lm_head = tiny_decoder64()
-    runner = ShardRunner(decoder, lm_head, SpavaConfig(anchor_len=4, passing_len=2, pool_window=3, timeout_s=timeout_s))
+    cfg = SpavaConfig(anchor_len=4, passing_len=2, pool_window=3, timeout_s=timeout_s)
+    lay = Layout.build(cfg, total=30, question_len=4, world=world)
+    n = len(lay.local_positions(rank))
+    q, k, v = torch.randn(4, n, 8), torch.randn(2, n, 8), torch.randn(2, n, 8)
     dist.barrier()
     if rank == world - 1:
         if failure == "die":
@@ -92,7 +101,7 @@ def failing_worker(rank: int, world: int, port: int, out_dir: str, failure: str,
         os._exit(0)
     start = time.monotonic()
     try:
-        runner.prefill(job_inputs(30), 4)
+        ShardPrefill(lay, cfg, None, rank)(0, q, k, v, 0.35)
         message = "no error"
     except Exception as exc:  # noqa: BLE001 - the test inspects the type and message
         message = f"{type(exc).__name__}: {exc}"

@@ -1,11 +1,13 @@
 """Spava on 2, 3 and 4 gloo processes (CPU, float64) against the single-process oracle.
 
-One spawned job per world size runs every case (a job start costs seconds on 2 cores):
+One spawned 4-process job runs every case on groups of 2, 3 and 4 ranks (a process start costs seconds):
 approximate Spava (small anchor and passing lengths, so selection really drops keys),
 and the degenerate case passing_len >= block length, which must be exact attention.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.multiprocessing as mp
@@ -21,7 +23,10 @@ APPROX = dict(anchor_len=5, passing_len=3, pool_window=3, total=61, question_len
 EXACT = dict(anchor_len=5, passing_len=1000, pool_window=3, total=47, question_len=3)
 
 
-def _oracle(world: int, job: dict):
+@functools.cache
+def _oracle(world: int, case: int):
+    """Oracle layers, logits, and the (decoder, lm_head) it ran on, computed once per world and case."""
+    job = [APPROX, EXACT][case]
     job = dict(job)
     total, question_len = job.pop("total"), job.pop("question_len")
     decoder, lm_head = tiny_decoder64()
@@ -37,18 +42,27 @@ def _oracle(world: int, job: dict):
     return layers, logits, decoder, lm_head
 
 
-@pytest.fixture(scope="module", params=[2, 3, 4])
-def job(request, tmp_path_factory):
+MAX_WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """One 4-process job; worlds 2, 3 and 4 run on process groups of its first ranks."""
+    out = tmp_path_factory.mktemp("spava")
+    mp.spawn(parity_worker, args=(MAX_WORLD, free_port(), str(out), [APPROX, EXACT], DECODE_STEPS), nprocs=MAX_WORLD, join=True)
+    return [torch.load(out / f"rank{r}.pt") for r in range(MAX_WORLD)]
+
+
+@pytest.fixture(params=[2, 3, 4])
+def job(request, jobs):
     world = request.param
-    out = tmp_path_factory.mktemp(f"spava{world}")
-    mp.spawn(parity_worker, args=(world, free_port(), str(out), [APPROX, EXACT], DECODE_STEPS), nprocs=world, join=True)
-    return world, [torch.load(out / f"rank{r}.pt") for r in range(world)]
+    return world, [jobs[r][world] for r in range(world)]
 
 
 @pytest.mark.parametrize("case", [0, 1], ids=["approximate", "exact"])
 def test_every_layer_and_logit_equals_the_oracle(job, case):
     world, ranks = job
-    layers, logits, _, _ = _oracle(world, [APPROX, EXACT][case])
+    layers, logits, _, _ = _oracle(world, case)
     for rank, results in enumerate(ranks):
         got = results[case]
         pos = got["positions"]
@@ -61,14 +75,14 @@ def test_every_layer_and_logit_equals_the_oracle(job, case):
 def test_approximation_differs_from_full_attention(job):
     """Guard: the approximate case really drops keys (else the parity test above proves little)."""
     world, _ = job
-    layers, _, decoder, _ = _oracle(world, APPROX)
+    layers, _, decoder, _ = _oracle(world, 0)
     plain_layers, _ = _plain_forward(decoder, APPROX["total"])
     assert (plain_layers[-1] - layers[-1]).abs().max() > 1e-3
 
 
 def test_passing_everything_equals_a_plain_transformers_forward(job):
     world, ranks = job
-    _, logits, decoder, lm_head = _oracle(world, EXACT)
+    _, logits, decoder, lm_head = _oracle(world, 1)
     plain_layers, hidden = _plain_forward(decoder, EXACT["total"])
     with torch.inference_mode():
         torch.testing.assert_close(lm_head(hidden[:, -1]).float()[0], logits[0], rtol=0, atol=1e-10)
