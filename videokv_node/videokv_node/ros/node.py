@@ -39,6 +39,7 @@ from videokv_node.memory.question import Frame, RequestError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher
+from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 
@@ -105,6 +106,8 @@ class VideoKVNode(Node):
             goal_callback=self.ask_goal_callback, cancel_callback=self.ask_cancel_callback,
             callback_group=service_group,
         )
+        # Spava long replay (ros/long_replay_client.py): None unless spava.enabled.
+        self._long_replay = LongReplayClient(self, self.settings.spava) if self.settings.spava.enabled else None
         self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
         self.create_timer(s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup())
         self.add_on_set_parameters_callback(self.parameters_callback)
@@ -143,6 +146,8 @@ class VideoKVNode(Node):
         if decision is SampleDecision.RESET:
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
+        if self._long_replay is not None:
+            self._long_replay.archive.add(camera, stamp_ns, rgb)
         if not self.worker.submit_frame(Frame(camera, stamp_ns, rgb)):
             self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
 
@@ -152,6 +157,9 @@ class VideoKVNode(Node):
     # --- services ---------------------------------------------------------
     def ask_callback(self, request, response):
         """Answer from memory; any refusal is success=false with the reason, the memory untouched."""
+        handled, note = self._ask_long_replay(request, response)
+        if handled:
+            return response
         try:
             question = conversions.request_to_question(request, self._resolve_camera)
             future = self.worker.ask(question)
@@ -165,7 +173,18 @@ class VideoKVNode(Node):
             self.get_logger().error(f"question failed: {exc!r}")
             return self._refuse(response, f"internal error: {exc}")
         self._count("answered")
-        return conversions.fill_response(response, answer)
+        response = conversions.fill_response(response, answer)
+        response.message = note
+        return response
+
+    def _ask_long_replay(self, request, response) -> tuple[bool, str]:
+        """(True, "") if the Spava service answered into ``response``; else (False, a note for ``message``)."""
+        if self._long_replay is None or not self._long_replay.wants(request, self.engine.stats().oldest_stamp_ns):
+            return False, ""
+        handled, note = self._long_replay.try_answer(request, response, self._resolve_camera)
+        if handled:
+            self._count("answered" if response.success else "failed")
+        return handled, note
 
     # --- the ~/ask action: the answer streamed as feedback, cancellable ----------
     def ask_goal_callback(self, goal) -> GoalResponse:
@@ -188,6 +207,13 @@ class VideoKVNode(Node):
         result = AskVideoAction.Result()
         stop = threading.Event()  # set on timeout: the running generation ends at its next token
         tokens = 0
+        handled, note = self._ask_long_replay(goal_handle.request, result)
+        if handled:
+            if result.success:
+                goal_handle.succeed()
+            else:
+                goal_handle.abort()
+            return result
 
         def on_token(text_so_far: str) -> None:
             nonlocal tokens
@@ -219,7 +245,9 @@ class VideoKVNode(Node):
             return self._refuse(result, f"internal error: {exc}")
         self._count("answered")
         goal_handle.succeed()
-        return conversions.fill_response(result, answer)
+        result = conversions.fill_response(result, answer)
+        result.message = note
+        return result
 
     def _wait_goal(self, goal_handle, future, stop: threading.Event):
         """The future's answer; a goal canceled while still queued leaves the queue at once."""
