@@ -5,6 +5,7 @@
 #   make demo           the node on a short synthetic stream, answering a question
 #   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
+#   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
 
@@ -19,7 +20,7 @@ PYTEST_ARGS ?=
 MODEL ?= tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory clean distclean
+.PHONY: setup build test demo bench bench-memory bench-spava clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -38,6 +39,10 @@ bench: build
 
 bench-memory: build
 	. ./env.sh && python -m bench.run --part memory
+
+SPAVA_WORLD ?= 2
+bench-spava: setup
+	. ./env.sh && python -m bench.spava_prefill --world $(SPAVA_WORLD)
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log

@@ -50,7 +50,7 @@ def goal_to_job(goal) -> ReplayJob:
 
 
 def fill_result(result, outcome: ReplayOutcome, total_s: float):
-    result.success, result.message = outcome.success, outcome.message
+    result.success, result.message = outcome.success, outcome.message  # load_s: set by the caller
     result.frames, result.world_size = outcome.frames, outcome.world_size
     result.encode_s, result.prefill_s, result.decode_s = outcome.encode_s, outcome.prefill_s, outcome.decode_s
     result.total_s = total_s
@@ -102,6 +102,7 @@ class LongReplayServer(Node):
                 goal_handle.abort()
                 result.success, result.message = False, str(exc)
                 return result
+            result.load_s = (clock.now() - start).nanoseconds / 1e9
 
             def progress(p: Progress) -> None:
                 goal_handle.publish_feedback(LongReplay.Feedback(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from rclpy.action import ActionClient
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
@@ -68,12 +68,28 @@ class FrameArchive:
 
 
 class LongReplayClient:
-    """Decides which questions go to the service and forwards them; one per node."""
+    """Decides which questions go to the service and forwards them; one per node.
+
+    The action client lives on a node and a single-threaded executor of its own:
+    rclpy's ActionClient registers a request only after sending it, so a response
+    handled by another executor thread in between is dropped ("Ignoring unexpected
+    result response"). Here every send runs as a task of that one thread.
+    """
 
     def __init__(self, node: Node, settings: SpavaSettings) -> None:
-        self._node, self._s = node, settings
+        self._s = settings
         self.archive = FrameArchive(settings.archive_frames, settings.archive_quality)
-        self._client = ActionClient(node, LongReplay, settings.action, callback_group=ReentrantCallbackGroup())
+        self._node = Node(f"{node.get_name()}_long_replay", namespace=node.get_namespace(), context=node.context)
+        self._client = ActionClient(self._node, LongReplay, settings.action)
+        self._executor = SingleThreadedExecutor(context=node.context)
+        self._executor.add_node(self._node)
+        threading.Thread(target=self._spin, daemon=True, name="long_replay_client").start()
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except (ExternalShutdownException, RuntimeError):  # the context shut down with the node
+            pass
 
     def wants(self, request, oldest_in_memory_ns: int) -> bool:
         """Forward if asked to, or if the window starts before what memory still holds."""
@@ -133,7 +149,7 @@ class LongReplayClient:
             box["handle"] = handle
             handle.get_result_async().add_done_callback(on_result)
 
-        self._client.send_goal_async(goal).add_done_callback(on_goal)
+        self._executor.create_task(lambda: self._client.send_goal_async(goal).add_done_callback(on_goal))
         if not done.wait(self._s.timeout_s):
             if "handle" in box:
                 box["handle"].cancel_goal_async()
