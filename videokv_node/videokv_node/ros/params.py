@@ -14,7 +14,7 @@ host arena or any policy's hyper-parameters needs a restart.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import ParameterException
@@ -94,7 +94,7 @@ class Settings:
     memory: MemoryConfig
     generation: GenerationConfig
     sampler: SamplerConfig
-    spava: SpavaSettings
+    spava: SpavaSettings = field(default_factory=SpavaSettings)  # a default: Spava is an optional add-on
 
 
 # Writable at run time. Safe because each is read afresh where used: the sampler's config
