@@ -1,8 +1,9 @@
 """Frames of a rosbag2 bag for a LongReplay goal, read with the ``rosbags`` library (no rclpy, no rosbag2_py).
 
-Image and CompressedImage topics are read in bag order, filtered by header stamp
-(``since``/``until``, 0 = open), thinned per topic to ``sample_fps`` by header stamp
-as the node's sampler does, decoded to RGB, and returned sorted by stamp.
+Image and CompressedImage topics are filtered by header stamp (``since``/``until``,
+0 = open), put in stamp order, thinned per topic to ``sample_fps`` by header stamp
+as the node's sampler does, decoded to RGB (only the kept frames), and returned
+sorted by stamp.
 """
 
 from __future__ import annotations
@@ -28,28 +29,40 @@ def bag_frames(path: str, topics: list[str], since_ns: int, until_ns: int, sampl
     if not Path(path).exists():
         raise ValueError(f"bag {path!r} does not exist on the service's machine")
     period_ns = int(NS_PER_S / sample_fps) if sample_fps > 0 else 0
-    kept: list[tuple[int, str, np.ndarray]] = []
-    last: dict[str, int] = {}
     try:
         with AnyReader([Path(path)], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as reader:
             conns = [c for c in reader.connections if c.msgtype in (IMAGE, COMPRESSED) and (not topics or c.topic in topics)]
             missing = set(topics) - {c.topic for c in conns}
             if missing:
                 raise ValueError(f"no image topic {sorted(missing)} in the bag")
-            for conn, _, raw in reader.messages(connections=conns):
+            # Pass 1, stamps only (an hour of camera frames does not fit in RAM): which messages to keep.
+            # Bags are in receive order; header stamps decide, so a late-delivered frame keeps its place in time.
+            found = []  # (stamp, topic, ordinal) in the window
+            for ordinal, (conn, _, raw) in enumerate(reader.messages(connections=conns)):
+                header = reader.deserialize(raw, conn.msgtype).header
+                stamp = int(header.stamp.sec) * NS_PER_S + int(header.stamp.nanosec)
+                if stamp >= since_ns and (not until_ns or stamp <= until_ns):
+                    found.append((stamp, conn.topic, ordinal))
+            found.sort()
+            wanted: dict[int, int] = {}  # ordinal -> stamp
+            last: dict[str, int] = {}
+            for stamp, topic, ordinal in found:
+                if period_ns and topic in last and stamp - last[topic] < period_ns:
+                    continue
+                last[topic] = stamp
+                wanted[ordinal] = stamp
+            # Pass 2: decode the kept frames only.
+            kept: list[tuple[int, str, np.ndarray]] = []
+            for ordinal, (conn, _, raw) in enumerate(reader.messages(connections=conns)):
+                if ordinal not in wanted:
+                    continue
                 msg = reader.deserialize(raw, conn.msgtype)
-                stamp = int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
-                if stamp < since_ns or (until_ns and stamp > until_ns):
-                    continue
-                if period_ns and conn.topic in last and stamp - last[conn.topic] < period_ns:
-                    continue
-                last[conn.topic] = stamp
                 if conn.msgtype == IMAGE:
                     rgb = decode_raw_image(msg.encoding, msg.width, msg.height, msg.step, msg.data, bool(msg.is_bigendian))
                 else:
                     rgb = decode_compressed_image(msg.format, msg.data)
-                kept.append((stamp, conn.topic, rgb))
+                kept.append((wanted[ordinal], conn.topic, rgb))
     except (ReaderError, ImageDecodeError) as exc:
         raise ValueError(f"bag {path!r}: {exc}") from exc
-    kept.sort(key=lambda x: x[0])
+    kept.sort(key=lambda x: x[0])  # stable: equal stamps keep bag order
     return [k[2] for k in kept], [k[0] for k in kept], [k[1] for k in kept]
