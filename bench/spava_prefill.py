@@ -112,7 +112,7 @@ def render(rows: list[dict], world: int, cfg_kwargs: dict, machine, elapsed_s: f
         f"Spava prefill against exact attention, one gloo process group of {world} ranks on "
         f"{machine.cpu} ({machine.cores} cores shared by all ranks, 1 torch thread per rank), {machine.gpu}: "
         f"no GPU was lent to this task, so these are CPU figures; torch {machine.torch}, commit {machine.commit}, "
-        f"{machine.date}. Command: `make bench-spava` (`python -m bench.spava_prefill --world {world}`), {elapsed_s:.0f} s.",
+        f"{machine.date}, load average {machine.load_start[0]:.1f} at the start (other jobs shared the cores). Command: `make bench-spava` (`python -m bench.spava_prefill --world {world}`), {elapsed_s:.0f} s.",
         "",
         f"Random-weight Qwen2-shaped decoder ({DECODER['num_hidden_layers']} layers, hidden {DECODER['hidden_size']}, "
         f"{DECODER['num_attention_heads']} query / {DECODER['num_key_value_heads']} KV heads), float32, question of "

@@ -31,6 +31,34 @@ class JobCancelled(Exception):
     """Rank 0 was asked to cancel; every rank raises it at the same checkpoint."""
 
 
+class _PrefillMeter:
+    """Rank 0's progress: one tick per decoder layer of the current question's prefill, ETA from the pace so far."""
+
+    def __init__(self, report: ProgressFn | None, frames: int, questions: int, layers: int) -> None:
+        self.report, self.frames, self.questions, self.layers = report, frames, questions, layers
+        self.t0 = time.monotonic()
+        self.question, self.done_layers = 0, 0
+
+    def start(self, question: int) -> Callable[[], None]:
+        self.question, self.done_layers = question, 0
+        return self.tick
+
+    def _eta(self, done: float) -> float:
+        return (time.monotonic() - self.t0) * (self.questions - done) / done if done > 0 else -1.0
+
+    def tick(self) -> None:
+        self.done_layers += 1
+        if self.done_layers > self.layers:  # the layers run again for each decoded token: not prefill
+            return
+        frac = self.done_layers / self.layers
+        self.report(Progress("prefill", self.frames, self.frames, self.question, self.questions, frac,
+                             self._eta(self.question + frac)))
+
+    def question_done(self, question: int) -> None:
+        self.report(Progress("decoding", self.frames, self.frames, question + 1, self.questions, 1.0,
+                             self._eta(question + 1)))
+
+
 class ReplayWorker:
     """Holds the model and the job group of one rank; ``run`` answers a job's questions."""
 
@@ -70,24 +98,14 @@ class ReplayWorker:
         out = ReplayOutcome(True, "", [], frames=n, world_size=self.world, encode_s=encode_s)
         if report:
             report(Progress("prefill", n, n, 0, nq, 0.0, -1.0))
-        self._go_on(cancelled)
-        answer_start = time.monotonic()
+        meter = _PrefillMeter(report, n, nq, len(self.decoder.layers))
         for qi, question in enumerate(job.questions):
             self._go_on(cancelled)
-
-            def tick(qi=qi, layers=[0]):  # noqa: B006 - a per-question counter
-                layers[0] += 1
-                frac = min(layers[0] / len(self.decoder.layers), 1.0)
-                done = qi + frac
-                elapsed = time.monotonic() - answer_start
-                report(Progress("prefill", n, n, qi, nq, frac, elapsed * (nq - done) / done))
-
-            self._layer_done = tick if report else None
+            self._layer_done = meter.start(qi) if report else None
             out.answers.append(self._answer(job, question, frames, start, out))
             self._layer_done = None
             if report:
-                elapsed = time.monotonic() - answer_start
-                report(Progress("decoding", n, n, qi + 1, nq, 1.0, elapsed * (nq - qi - 1) / (qi + 1)))
+                meter.question_done(qi)
         return out
 
     def _answer(self, job: ReplayJob, q: ReplayQuestion, frames: torch.Tensor, start: float, out: ReplayOutcome) -> ReplayAnswer:
