@@ -9,6 +9,8 @@ through ~/ask; with no service the node answers from memory and says so.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -45,8 +47,9 @@ def frame(seed: int, h: int = 24, w: int = 32) -> np.ndarray:
 
 
 @contextmanager
-def spava_service(env: dict, world: int = 2):
+def spava_service(env: dict, world: int = 2, max_restarts: int = 0):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world), "--master-addr", "127.0.0.1",
+           "--max-restarts", str(max_restarts),
            "--master-port", str(free_port()), "-m", "videokv_node.spava.server", "--model", "tiny", "--action", ACTION,
            "--torch-threads", "1", *SPAVA_ARGS]
     log = open(env["SPAVA_LOG"], "w")
@@ -98,8 +101,10 @@ class ReplayClient:
 
         self.executor.create_task(lambda: self.client.send_goal_async(
             goal, feedback_callback=lambda m: feedback.append(m.feedback)).add_done_callback(on_goal))
-        assert done.wait(timeout), "no result in time"
-        assert box["handle"].accepted
+        if not done.wait(timeout):
+            return None, None, feedback  # e.g. a goal sent to a server that has just died
+        if not box["handle"].accepted:
+            return None, None, feedback
         return box["result"].result, box["result"].status, feedback
 
     def close(self):
@@ -146,7 +151,7 @@ def test_long_replay_action_and_node_forwarding_over_dds(ros, tmp_path):
             assert client.client.wait_for_server(timeout_sec=180), open(env["SPAVA_LOG"]).read()
             goal = replay_goal(frames, stamps, [("What is in the video?", []), ("Which colour?", ["red", "blue"])])
             result, status, feedback = client.run(goal)
-            assert result.success, result.message
+            assert result is not None and result.success, result and result.message
             assert result.world_size == 2 and result.frames == 5 and len(result.answers) == 2
             open_q, choice = result.answers
             assert open_q.success and open_q.option_index == -1
@@ -231,3 +236,36 @@ def test_node_answers_from_memory_when_the_service_is_absent(ros):
         assert client.wants(late, oldest_in_memory_ns=10 * NS) and not client.wants(late, oldest_in_memory_ns=8 * NS)
     finally:
         node.destroy_node()
+
+
+def _worker_pid(torchrun_pid: int, rank: int) -> int:
+    """The pid of one rank of the torchrun job (a child of the agent with RANK=<rank> in its environment)."""
+    children = subprocess.run(["pgrep", "-P", str(torchrun_pid)], capture_output=True, text=True).stdout.split()
+    for pid in children:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if f"RANK={rank}".encode() in f.read().split(b"\0"):
+                return int(pid)
+    raise AssertionError(f"no rank {rank} among {children}")
+
+
+def test_the_service_comes_back_after_a_rank_dies(ros, tmp_path):
+    """A rank killed: torchrun (--max-restarts) restarts the group and the action answers the next goal."""
+    env, ctx = ros
+    env = dict(env, SPAVA_LOG=str(tmp_path / "spava.log"))
+    goal = replay_goal([frame(i) for i in range(3)], [(10 + i) * NS for i in range(3)], [("Which?", ["a", "b"])])
+    with spava_service(env, max_restarts=1) as service:
+        client = ReplayClient(ctx)
+        try:
+            assert client.client.wait_for_server(timeout_sec=180), open(env["SPAVA_LOG"]).read()
+            os.kill(_worker_pid(service.pid, 1), signal.SIGKILL)
+            deadline = time.monotonic() + 240
+            result = None
+            while result is None or not result.success:
+                assert time.monotonic() < deadline, "the service did not come back:\n" + open(env["SPAVA_LOG"]).read()[-3000:]
+                time.sleep(2.0)
+                if client.client.wait_for_server(timeout_sec=5):
+                    result, _, _ = client.run(goal, timeout=20)
+            assert result.world_size == 2 and len(result.answers) == 1
+        finally:
+            client.close()
+        assert service.poll() is None
