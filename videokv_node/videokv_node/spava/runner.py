@@ -133,5 +133,5 @@ class ShardRunner(_Runner):
 
     def _pick(self, logits: torch.Tensor) -> int:
         """question_rank's choice, broadcast: ranks' logits may differ in the last bit, the answer may not."""
-        token = torch.tensor([int(logits.argmax())], dtype=torch.long)
+        token = logits.argmax().view(1).to(torch.long)  # on the logits' device: NCCL needs CUDA tensors
         return int(broadcast_tensor(token, self.cfg.question_rank, self.group, "decode: next token", self.cfg.timeout_s)[0])

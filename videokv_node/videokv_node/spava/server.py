@@ -24,7 +24,6 @@ import torch
 import torch.distributed as dist
 
 from videokv_node.models.factory import load_adapter
-from videokv_node.spava.collectives import SpavaCollectiveError
 from videokv_node.spava.config import SpavaConfig
 from videokv_node.spava.job import ReplayJob, ReplayOutcome
 from videokv_node.spava.worker import JobCancelled, ReplayWorker
@@ -73,7 +72,7 @@ class Dispatcher:
             return self.worker.run(job, progress, cancelled)
         except JobCancelled:
             return ReplayOutcome(False, "canceled", [])
-        except (SpavaCollectiveError, RuntimeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the other ranks may be mid-job: restart all
             self.broken = True
             return ReplayOutcome(False, f"the Spava job failed: {exc}", [])
 
@@ -112,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     if rank != 0:
         try:
             serve_worker(worker, control)
-        except (SpavaCollectiveError, RuntimeError) as exc:
-            print(f"spava rank {rank}: job group failed: {exc}", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - rank 0 restarts the group (exit code for torchrun)
+            print(f"spava rank {rank}: job group failed: {exc!r}", file=sys.stderr)
             return EXIT_BROKEN_GROUP
         dist.destroy_process_group()
         return 0

@@ -77,7 +77,8 @@ class ReplayWorker:
             layer.register_forward_hook(lambda *_: self._layer_done and self._layer_done())
 
     def _go_on(self, cancelled: CancelledFn | None) -> None:
-        flag = torch.tensor([1 if (self.rank == 0 and cancelled is not None and cancelled()) else 0])
+        stop = self.rank == 0 and cancelled is not None and cancelled()
+        flag = torch.tensor([int(stop)], device=self.adapter.device)  # NCCL needs CUDA tensors
         if broadcast_tensor(flag, 0, self.group, "job: cancel flag", self.cfg.timeout_s)[0]:
             raise JobCancelled("canceled")
 
