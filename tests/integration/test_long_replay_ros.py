@@ -175,6 +175,15 @@ def test_long_replay_action_and_node_forwarding_over_dds(ros, tmp_path):
             assert result.success, result.message
             assert [time_to_ns(t) for t in result.answers[0].evidence_stamps] == stamps[2:]
 
+            from tests.unit.test_spava_bag import write_bag
+
+            bag_goal = replay_goal([], [], [("In the bag?", ["yes", "no"])])
+            bag_goal.bag_path, bag_goal.topics, bag_goal.sample_fps = write_bag(tmp_path / "bag"), ["/cam"], 0.5
+            result, _, _ = client.run(bag_goal)
+            assert result.success, result.message
+            assert [time_to_ns(t) for t in result.answers[0].evidence_stamps] == [10 * NS, 12 * NS, 14 * NS]
+            assert set(result.answers[0].evidence_cameras) == {"/cam"}
+
             many = replay_goal(frames, stamps, [(f"Question {i}?", []) for i in range(20)])
             result, status, _ = client.run(many, cancel=True)
             assert not result.success and result.message == "canceled" and status == 5  # GoalStatus.STATUS_CANCELED

@@ -20,13 +20,11 @@ def _rgb(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (8, 10, 3), dtype=np.uint8)
 
 
-@pytest.fixture(scope="module")
-def bag(tmp_path_factory):
-    """cam: raw rgb8 at 1 Hz (stamps 10..15 s); cam/compressed: PNG at 10.5, 12.5 s; both written out of stamp order."""
+def write_bag(path) -> str:
+    """cam: raw rgb8 at 1 Hz (stamps 10..15 s); cam/compressed: PNG at 10.5, 12.5 s; /cam written newest first."""
     ts = get_typestore(Stores.ROS2_JAZZY)
     Image, Compressed = ts.types["sensor_msgs/msg/Image"], ts.types["sensor_msgs/msg/CompressedImage"]
     Header, Time = ts.types["std_msgs/msg/Header"], ts.types["builtin_interfaces/msg/Time"]
-    path = tmp_path_factory.mktemp("bag") / "replay"
     with Writer(path, version=9) as w:
         raw = w.add_connection("/cam", Image.__msgtype__, typestore=ts)
         comp = w.add_connection("/cam/compressed", Compressed.__msgtype__, typestore=ts)
@@ -41,6 +39,11 @@ def bag(tmp_path_factory):
                              data=np.frombuffer(data, np.uint8))
             w.write(comp, t * NS, ts.serialize_cdr(msg, Compressed.__msgtype__))
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    return write_bag(tmp_path_factory.mktemp("bag") / "replay")
 
 
 def test_every_image_topic_in_stamp_order(bag):

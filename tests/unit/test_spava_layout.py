@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from videokv_node.spava.config import SpavaConfig, SpavaConfigError
+from videokv_node.spava.frames import frame_indices
 from videokv_node.spava.layout import Layout, even_split, virtual_blocks_of
 from videokv_node.spava.oracle import structured_mask
 
@@ -85,3 +86,13 @@ def test_structured_mask_rows_by_hand():
         [1, 1, 1, 1, 1, 1, 1, 1],
     ])
     assert torch.equal(m, expect)
+
+
+@pytest.mark.parametrize("n_frames,world", [(64, 8), (10, 2), (3, 2), (7, 3)])
+def test_frames_are_dealt_over_virtual_hosts_like_the_context(n_frames, world):
+    """Eq. 6: 2W virtual shares differing by at most one; rank r encodes shares r and 2W-1-r; every frame once."""
+    shares = [frame_indices(n_frames, world, r) for r in range(world)]
+    assert sorted(i for s in shares for i in s) == list(range(n_frames))
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 2
+    assert frame_indices(10, 2, 0) == [0, 1, 2, 8, 9] and frame_indices(10, 2, 1) == [3, 4, 5, 6, 7]
