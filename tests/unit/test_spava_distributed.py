@@ -21,12 +21,15 @@ from videokv_node.spava.runner import OracleRunner
 DECODE_STEPS = 2
 APPROX = dict(anchor_len=5, passing_len=3, pool_window=3, total=61, question_len=4)
 EXACT = dict(anchor_len=5, passing_len=1000, pool_window=3, total=47, question_len=3)
+# Blocks 2r, 2r+1 per rank, collectives waited for at once, question and decoding on rank 1: same numbers.
+PLAIN = dict(APPROX, zigzag=False, overlap=False, question_rank=1)
+CASES = [APPROX, EXACT, PLAIN]
 
 
 @functools.cache
 def _oracle(world: int, case: int):
     """Oracle layers, logits, and the (decoder, lm_head) it ran on, computed once per world and case."""
-    job = [APPROX, EXACT][case]
+    job = CASES[case]
     job = dict(job)
     total, question_len = job.pop("total"), job.pop("question_len")
     decoder, lm_head = tiny_decoder64()
@@ -49,7 +52,7 @@ MAX_WORLD = 4
 def jobs(tmp_path_factory):
     """One 4-process job; worlds 2, 3 and 4 run on process groups of its first ranks."""
     out = tmp_path_factory.mktemp("spava")
-    mp.spawn(parity_worker, args=(MAX_WORLD, free_port(), str(out), [APPROX, EXACT], DECODE_STEPS), nprocs=MAX_WORLD, join=True)
+    mp.spawn(parity_worker, args=(MAX_WORLD, free_port(), str(out), CASES, DECODE_STEPS), nprocs=MAX_WORLD, join=True)
     return [torch.load(out / f"rank{r}.pt") for r in range(MAX_WORLD)]
 
 
@@ -59,7 +62,7 @@ def job(request, jobs):
     return world, [jobs[r][world] for r in range(world)]
 
 
-@pytest.mark.parametrize("case", [0, 1], ids=["approximate", "exact"])
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["approximate", "exact", "no-zigzag-no-overlap"])
 def test_every_layer_and_logit_equals_the_oracle(job, case):
     world, ranks = job
     layers, logits, _, _ = _oracle(world, case)

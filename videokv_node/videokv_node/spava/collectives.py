@@ -18,34 +18,40 @@ class SpavaCollectiveError(RuntimeError):
 
 
 class PendingGather:
-    """One all-gather in flight: ``wait()`` returns the per-rank tensors, in rank order."""
+    """One all-gather in flight: ``wait()`` (once) returns the per-rank tensors, in rank order.
+
+    With ``overlap`` False the gather is completed at once (the paper's "-O" ablation):
+    same results, no communication hidden behind computation.
+    """
 
     def __init__(self, what: str, tensor: torch.Tensor, group, world: int, rank: int, timeout_s: float, overlap: bool) -> None:
         self._what = f"{what} (rank {rank} of {world})"
         self._timeout = timedelta(seconds=timeout_s)
         self._parts = [torch.empty_like(tensor) for _ in range(world)]
-        self._done = False
+        self._read = False
         try:
             self._work = dist.all_gather(self._parts, tensor.contiguous(), group=group, async_op=True)
         except Exception as exc:  # noqa: BLE001 - any backend failure is the job's failure
             raise SpavaCollectiveError(f"{self._what}: could not start: {exc}") from exc
         if not overlap:
-            self.wait()
-            self._done = False  # the caller still reads the result with wait()
-            self._work = None
+            self._complete()
+
+    def _complete(self) -> None:
+        if self._work is None:
+            return
+        try:
+            self._work.wait(self._timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise SpavaCollectiveError(
+                f"{self._what} did not complete within {self._timeout.total_seconds():.0f} s (a rank died or hangs): {exc}"
+            ) from exc
+        self._work = None
 
     def wait(self) -> list[torch.Tensor]:
-        if self._done:
+        if self._read:
             raise RuntimeError(f"{self._what}: waited for twice")
-        self._done = True
-        if self._work is not None:
-            try:
-                self._work.wait(self._timeout)
-            except Exception as exc:  # noqa: BLE001
-                raise SpavaCollectiveError(
-                    f"{self._what} did not complete within {self._timeout.total_seconds():.0f} s "
-                    f"(a rank died or hangs): {exc}"
-                ) from exc
+        self._read = True
+        self._complete()
         return self._parts
 
 
