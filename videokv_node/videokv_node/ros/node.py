@@ -51,6 +51,7 @@ from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
 from videokv_node.ros.health import device_memory
+from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 from videokv_node.vision.selection import attach_vision_backend
@@ -104,6 +105,7 @@ class VideoKVMixin:
         self._io: list = []  # (destroy function, entity) of what activate created
         self._diagnostics: DiagnosticsPublisher | None = None
         self._diagnostics_timer = None
+        self._long_replay: LongReplayClient | None = None  # Spava service client while active, if spava.enabled
         self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
         self._lock = threading.Lock()
 
@@ -178,6 +180,10 @@ class VideoKVMixin:
             callback_group=service_group,
         )
         self._keep(lambda a: a.destroy(), action)
+        # Spava long replay (ros/long_replay_client.py): None unless spava.enabled.
+        if self.settings.spava.enabled:
+            self._long_replay = LongReplayClient(self, self.settings.spava)
+            self._keep(lambda c: c.close(), self._long_replay)
         self._stats_pub = self.create_publisher(MemoryStats, "~/memory_stats", 10)
         self._keep(self.destroy_publisher, self._stats_pub)
         self._keep(self.destroy_timer, self.create_timer(
@@ -216,6 +222,7 @@ class VideoKVMixin:
     def _stop_work(self, join_s: float | None = None) -> None:
         """Destroy what activate created (no new callback starts), then join the worker (its queue fails)."""
         io, self._io = self._io, []
+        self._long_replay = None
         for destroy, entity in reversed(io):
             destroy(entity)
         self._diagnostics = self._diagnostics_timer = None
@@ -304,6 +311,9 @@ class VideoKVMixin:
         if decision is SampleDecision.RESET:
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
+        long_replay = self._long_replay
+        if long_replay is not None:
+            long_replay.archive.add(camera, stamp_ns, rgb)
         try:
             if not worker.submit_frame(Frame(camera, stamp_ns, rgb)):
                 self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
@@ -316,6 +326,9 @@ class VideoKVMixin:
     # --- services ---------------------------------------------------------
     def ask_callback(self, request, response):
         """Answer from memory; any refusal is success=false with the reason, the memory untouched."""
+        handled, note = self._ask_long_replay(request, response)
+        if handled:
+            return response
         try:
             question = conversions.request_to_question(request, self._resolve_camera)
             future = self._worker().ask(question)
@@ -329,7 +342,19 @@ class VideoKVMixin:
             self.get_logger().error(f"question failed: {exc!r}")
             return self._refuse(response, f"internal error: {exc}")
         self._count("answered")
-        return conversions.fill_response(response, answer)
+        response = conversions.fill_response(response, answer)
+        response.message = note
+        return response
+
+    def _ask_long_replay(self, request, response) -> tuple[bool, str]:
+        """(True, "") if the Spava service answered into ``response``; else (False, a note for ``message``)."""
+        long_replay, engine = self._long_replay, self.engine  # locals: a deactivation may clear them meanwhile
+        if long_replay is None or engine is None or not long_replay.wants(request, engine.stats().oldest_stamp_ns):
+            return False, ""
+        handled, note = long_replay.try_answer(request, response, self._resolve_camera)
+        if handled:
+            self._count("answered" if response.success else "failed")
+        return handled, note
 
     # --- the ~/ask action: the answer streamed as feedback, cancellable ----------
     def ask_goal_callback(self, goal) -> GoalResponse:
@@ -354,6 +379,13 @@ class VideoKVMixin:
         result = AskVideoAction.Result()
         stop = threading.Event()  # set on timeout: the running generation ends at its next token
         tokens = 0
+        handled, note = self._ask_long_replay(goal_handle.request, result)
+        if handled:
+            if result.success:
+                goal_handle.succeed()
+            else:
+                goal_handle.abort()
+            return result
 
         def on_token(text_so_far: str) -> None:
             nonlocal tokens
@@ -385,7 +417,9 @@ class VideoKVMixin:
             return self._refuse(result, f"internal error: {exc}")
         self._count("answered")
         goal_handle.succeed()
-        return conversions.fill_response(result, answer)
+        result = conversions.fill_response(result, answer)
+        result.message = note
+        return result
 
     def _wait_goal(self, goal_handle, future, stop: threading.Event):
         """The future's answer; a goal canceled while still queued leaves the queue at once."""

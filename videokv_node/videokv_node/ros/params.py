@@ -17,7 +17,7 @@ the others in every other state), and configure reads and checks them all.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import ParameterException
@@ -73,6 +73,29 @@ class NodeSettings:
             raise ConfigError("diagnostics_drop_warn_ratio must be in [0, 1)")
 
 
+@dataclass(slots=True)
+class SpavaSettings:
+    """The node's side of the Spava long-replay service (``ros/long_replay_client.py``)."""
+
+    enabled: bool = False  # forward questions reaching beyond memory (or asking long_replay) to the service
+    action: str = "/videokv/long_replay"  # name of the service's LongReplay action
+    wait_s: float = 1.0  # how long to look for the service before answering from memory instead
+    timeout_s: float = 600.0  # a forwarded question not answered by then fails
+    archive_frames: int = 2048  # sampled frames kept as JPEG in RAM to send to the service; 0 = none
+    archive_quality: int = 90  # JPEG quality of the archive, 1..100
+    max_send_frames: int = 256  # frames per goal at most, evenly spaced over the question's window
+
+    def __post_init__(self) -> None:
+        if self.wait_s <= 0 or self.timeout_s <= 0:
+            raise ConfigError("spava.wait_s and spava.timeout_s must be > 0")
+        if self.archive_frames < 0 or self.max_send_frames < 1:
+            raise ConfigError("need spava.archive_frames >= 0 and spava.max_send_frames >= 1")
+        if not 1 <= self.archive_quality <= 100:
+            raise ConfigError(f"spava.archive_quality must be in [1, 100], got {self.archive_quality}")
+        if not self.action:
+            raise ConfigError("spava.action must name the LongReplay action")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     node: NodeSettings
@@ -80,6 +103,7 @@ class Settings:
     generation: GenerationConfig
     sampler: SamplerConfig
     vision: VisionConfig = VisionConfig()
+    spava: SpavaSettings = field(default_factory=SpavaSettings)  # a default: Spava is an optional add-on
 
 
 # Writable at run time. Safe because each is read afresh where used: the sampler's config
@@ -170,6 +194,13 @@ _DESCRIPTIONS = {
     "vision.max_batch": "queued frames encoded in one vision call at most; the TensorRT profile's largest batch",
     "vision.calibration_dir": "int8 only: directory of .npy RGB uint8 frames to calibrate the TensorRT engine on",
     "max_new_tokens": "default answer length in tokens when a request gives 0",
+    "spava.enabled": "forward questions whose window reaches beyond memory (or with long_replay set) to the Spava LongReplay service",
+    "spava.action": "name of the Spava service's LongReplay action",
+    "spava.wait_s": "seconds to look for the LongReplay service before answering from memory (and saying so)",
+    "spava.timeout_s": "seconds a forwarded question may take before it fails",
+    "spava.archive_frames": "sampled frames kept as JPEG in RAM for the service; 0 = none",
+    "spava.archive_quality": "JPEG quality of the frame archive, 1..100",
+    "spava.max_send_frames": "frames per LongReplay goal at most, evenly spaced over the question's window",
     "max_new_tokens_limit": "requests asking for more tokens are refused",
 }
 
@@ -181,12 +212,13 @@ _SECTIONS = (
     ("memory", "memory.", MemoryConfig),
     ("generation", "", GenerationConfig),
     ("vision", "vision.", VisionConfig),
+    ("spava", "spava.", SpavaSettings),
 )
 
 # Integer parameters for which 0 is meaningful ("none", "default" or "off"); every other
 # integer must be >= 1.
 _ZERO_OK = frozenset({
-    "seed", "torch_threads", "camera_qos_depth", "memory.offload_bytes", "memory.retrieve_frames",
+    "seed", "torch_threads", "camera_qos_depth", "memory.offload_bytes", "memory.retrieve_frames", "spava.archive_frames",
     "memory.mukv.retrieve_patch", "memory.mukv.retrieve_frame", "memory.mukv.retrieve_segment",
 })
 # Doubles with no range: negative values mean something (sample_fps <= 0: every frame) or

@@ -1,0 +1,163 @@
+"""The node's side of the Spava long-replay service: a frame archive and the forwarding of questions.
+
+Choice (issue 5, "frames the node sends"): the node keeps the frames it sampled
+into memory in a bounded in-RAM archive, JPEG-compressed (``spava.archive_frames``
+frames, oldest dropped first): a 384 px frame is ~20 KB, so 2048 frames, over an
+hour at 0.5 fps, cost ~40 MB where their KV would cost gigabytes. A question
+whose window starts before the oldest frame still in memory (or whose request
+sets ``long_replay``) is sent with the archived frames of its window, evenly
+thinned to ``spava.max_send_frames`` (a goal is one DDS message). Bags are the
+service's other source (a goal with ``bag_path``), for replays the node never saw.
+If the service is absent the node answers from its own memory and says so in
+``message``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from rclpy.action import ActionClient
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+
+from videokv_interfaces.action import LongReplay
+from videokv_interfaces.msg import ReplayQuestion
+
+from videokv_node.ingest.image_decode import decode_compressed_image, encode_compressed_image, encode_raw_image
+from videokv_node.ros.conversions import ns_to_time, time_to_ns
+from videokv_node.ros.params import SpavaSettings
+
+ABSENT_NOTE = "long-replay service absent: answered from the node's own memory"
+
+
+@dataclass(frozen=True, slots=True)
+class _Archived:
+    camera: str
+    stamp_ns: int
+    jpeg: bytes
+
+
+class FrameArchive:
+    """Sampled frames as JPEG, at most ``capacity``, oldest dropped first; thread-safe."""
+
+    def __init__(self, capacity: int, quality: int) -> None:
+        self._frames: deque[_Archived] = deque(maxlen=capacity) if capacity else deque(maxlen=0)
+        self._quality = quality
+        self._lock = threading.Lock()
+
+    def add(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
+        if self._frames.maxlen == 0:
+            return
+        _, data = encode_compressed_image(rgb, "jpeg", self._quality)
+        with self._lock:
+            self._frames.append(_Archived(camera, stamp_ns, data))
+
+    def window(self, since_ns: int, until_ns: int, cameras: list[str], most: int) -> list[tuple[str, int, np.ndarray]]:
+        """(camera, stamp, RGB) of the archived frames in the window, stamp order, evenly thinned to ``most``."""
+        with self._lock:
+            hits = [f for f in self._frames if f.stamp_ns >= since_ns and (not until_ns or f.stamp_ns <= until_ns)
+                    and (not cameras or f.camera in cameras)]
+        hits.sort(key=lambda f: f.stamp_ns)
+        if len(hits) > most:
+            hits = [hits[round(i * (len(hits) - 1) / (most - 1))] for i in range(most)] if most > 1 else hits[-1:]
+        return [(f.camera, f.stamp_ns, decode_compressed_image("rgb8; jpeg compressed bgr8", f.jpeg)) for f in hits]
+
+
+class LongReplayClient:
+    """Decides which questions go to the service and forwards them; one per node.
+
+    The action client lives on a node and a single-threaded executor of its own:
+    rclpy's ActionClient registers a request only after sending it, so a response
+    handled by another executor thread in between is dropped ("Ignoring unexpected
+    result response"). Here every send runs as a task of that one thread.
+    """
+
+    def __init__(self, node: Node, settings: SpavaSettings) -> None:
+        self._s = settings
+        self.archive = FrameArchive(settings.archive_frames, settings.archive_quality)
+        self._node = Node(f"{node.get_name()}_long_replay", namespace=node.get_namespace(), context=node.context)
+        self._client = ActionClient(self._node, LongReplay, settings.action)
+        self._executor = SingleThreadedExecutor(context=node.context)
+        self._executor.add_node(self._node)
+        threading.Thread(target=self._spin, daemon=True, name="long_replay_client").start()
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except (ExternalShutdownException, RuntimeError):  # the context shut down with the node
+            pass
+
+    def close(self) -> None:
+        """Stop the client's executor and destroy its node (the node's deactivate or shutdown)."""
+        self._executor.shutdown(timeout_sec=1.0)
+        self._client.destroy()
+        self._node.destroy_node()
+
+    def wants(self, request, oldest_in_memory_ns: int) -> bool:
+        """Forward if asked to, or if the window starts before what memory still holds."""
+        since = time_to_ns(request.since)
+        return bool(getattr(request, "long_replay", False)) or (since > 0 and (oldest_in_memory_ns == 0 or since < oldest_in_memory_ns))
+
+    def try_answer(self, request, response, resolve_camera) -> tuple[bool, str]:
+        """Fill ``response`` (AskVideo response or action result) from the service.
+
+        Returns (True, "") when the response is filled (success or a failure with
+        its reason), or (False, note) when the node should answer from memory
+        and put ``note`` in ``message`` (service absent).
+        """
+        if not self._client.wait_for_server(timeout_sec=self._s.wait_s):
+            return False, ABSENT_NOTE
+        cameras = [resolve_camera(c) for c in request.cameras if c]
+        frames = self.archive.window(time_to_ns(request.since), time_to_ns(request.until), cameras, self._s.max_send_frames)
+        if not frames:
+            return False, "no archived frame in the question's window for the long-replay service: answered from memory"
+        goal = LongReplay.Goal(questions=[ReplayQuestion(
+            question=request.question, options=list(request.options), cameras=cameras,
+            since=request.since, until=request.until, max_new_tokens=request.max_new_tokens)])
+        for camera, stamp, rgb in frames:
+            msg = Image(**encode_raw_image(rgb, "rgb8"))
+            msg.header.stamp = ns_to_time(stamp)
+            goal.frames.append(msg)
+            goal.frame_cameras.append(camera)
+        result = self._run(goal)
+        if isinstance(result, str):
+            response.success, response.message, response.option_index = False, result, -1
+            return True, ""
+        if not result.success or not result.answers:
+            response.success, response.message, response.option_index = False, f"long replay failed: {result.message}", -1
+            return True, ""
+        a = result.answers[0]
+        response.success, response.message = a.success, a.message or f"answered by the long-replay service ({len(frames)} frames, {result.world_size} ranks)"
+        response.answer, response.option_index, response.option_scores = a.answer, a.option_index, list(a.option_scores)
+        response.evidence_stamps, response.evidence_cameras = list(a.evidence_stamps), list(a.evidence_cameras)
+        response.ttft_s, response.total_s = a.ttft_s, a.total_s
+        return True, ""
+
+    def _run(self, goal):
+        """The action's result, or a string saying why there is none. Blocks this (executor) thread only."""
+        done = threading.Event()
+        box: dict = {}
+
+        def on_result(fut):
+            box["result"] = fut.result().result
+            done.set()
+
+        def on_goal(fut):
+            handle = fut.result()
+            if not handle.accepted:
+                box["error"] = "the long-replay service rejected the question (busy)"
+                done.set()
+                return
+            box["handle"] = handle
+            handle.get_result_async().add_done_callback(on_result)
+
+        self._executor.create_task(lambda: self._client.send_goal_async(goal).add_done_callback(on_goal))
+        if not done.wait(self._s.timeout_s):
+            if "handle" in box:
+                box["handle"].cancel_goal_async()
+            return f"no answer from the long-replay service within spava.timeout_s ({self._s.timeout_s} s)"
+        return box.get("error") or box["result"]
