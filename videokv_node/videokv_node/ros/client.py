@@ -124,8 +124,8 @@ class MemoryClient:
                         handle.cancel_goal_async()
 
         deadline = time.monotonic() + timeout
-        handle_future = self._ask_action.send_goal_async(goal, feedback_callback=on_feedback)
-        goal_handle = self._wait(handle_future, deadline, "goal response")
+        send = self._on_executor(lambda: self._ask_action.send_goal_async(goal, feedback_callback=on_feedback), deadline)
+        goal_handle = self._wait(send, deadline, "goal response")
         if not goal_handle.accepted:
             rejected = AskVideoAction.Result(success=False, message="goal rejected by the node (too many questions waiting)")
             rejected.option_index = -1
@@ -133,9 +133,19 @@ class MemoryClient:
         with lock:
             handle = goal_handle
             if cancel_wanted:
-                goal_handle.cancel_goal_async()
-        response = self._wait(goal_handle.get_result_async(), deadline, "result")
+                self._on_executor(goal_handle.cancel_goal_async, deadline)
+        response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
         return StreamedAnswer(response.result, texts, response.status)
+
+    def _on_executor(self, send, deadline: float):
+        """Run ``send`` (an action request) on the executor's thread and return the future it gives.
+
+        rclpy's ActionClient registers a request's future only after sending the request; a
+        response that the executor thread handles in between is dropped ("Ignoring unexpected
+        ... response") and the future never completes. Sending from the executor's own
+        (single) thread closes that window: no response is handled while ``send`` runs.
+        """
+        return self._wait(self._executor.create_task(send), deadline, "send on the executor")
 
     @staticmethod
     def _wait(future, deadline: float, what: str):
