@@ -100,6 +100,18 @@ def caption(scene: Scene) -> str:
     return f"{COUNT_WORDS[len(scene.shapes)]} shapes"
 
 
+def cell_words(scene: Scene) -> list[str]:
+    """What each of the 2 x 3 pooled cells of the projector is aligned to in training stage 1, row-major:
+    the top row names the colour in each column, the bottom row the shape ('nothing' where a column
+    is empty); a digit is 'number' above and the digit below, in the middle column."""
+    if scene.digit is not None:
+        return ["nothing", "number", "nothing", "nothing", scene.digit, "nothing"]
+    by_column = {s.column: s for s in scene.shapes}
+    top = [by_column[c].colour if c in by_column else "nothing" for c in COLUMNS]
+    bottom = [by_column[c].shape if c in by_column else "nothing" for c in COLUMNS]
+    return top + bottom
+
+
 def normalise_answer(text: str) -> str:
     """Lower case, punctuation and leading articles dropped: 'The red circle.' -> 'red circle'."""
     words = re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()

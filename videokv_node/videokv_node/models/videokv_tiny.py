@@ -48,8 +48,9 @@ class Projector(nn.Module):
 
     Pooling first (fewer tokens per frame, so a memory budget holds more frames, and training
     on 2 CPU cores fits in half an hour; 2 x 3 by default: scenes are laid out in columns), then a
-    LayerNorm (the encoder's ReLU6 features are all positive and of uneven scale) and the
-    LLaVA-1.5 two-layer GELU MLP.
+    LayerNorm (the encoder's ReLU6 features are all positive and of uneven scale), the
+    LLaVA-1.5 two-layer GELU MLP, and a learned embedding per grid cell (as ViT's position
+    embeddings), so one MLP can emit different things at different cells.
     """
 
     def __init__(self, hidden: int, grid: tuple[int, int] = (2, 3), feature_dim: int = FEATURE_DIM, mlp_dim: int | None = None):
@@ -59,6 +60,7 @@ class Projector(nn.Module):
         self.norm = nn.LayerNorm(feature_dim)
         self.fc1 = nn.Linear(feature_dim, mlp_dim)
         self.fc2 = nn.Linear(mlp_dim, hidden)
+        self.cells = nn.Parameter(torch.zeros(self.grid[0] * self.grid[1], hidden))  # (rows * cols, hidden)
 
     def pool(self, maps: torch.Tensor) -> torch.Tensor:
         """(F, C, h, w) -> (F, rows * cols, C): what the training script caches (the encoder is frozen)."""
@@ -66,8 +68,8 @@ class Projector(nn.Module):
         return pooled.flatten(2).transpose(1, 2)  # (F, rows * cols, C)
 
     def project(self, pooled: torch.Tensor) -> torch.Tensor:
-        """(..., C) pooled features -> (..., hidden) decoder input embeddings."""
-        return self.fc2(F.gelu(self.fc1(self.norm(pooled))))
+        """(..., rows * cols, C) pooled features -> (..., rows * cols, hidden) decoder input embeddings."""
+        return self.fc2(F.gelu(self.fc1(self.norm(pooled)))) + self.cells
 
     def forward(self, maps: torch.Tensor) -> torch.Tensor:
         return self.project(self.pool(maps))
