@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
             "distinct_scenes": len(features),
         },
         "training": {
-            "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0], "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
+            "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0] if curve else 0, "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
             "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
                        "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
             "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, the fields below",
