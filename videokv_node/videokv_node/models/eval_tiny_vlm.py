@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     from pathlib import Path
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--examples", type=int, default=96, help="held-out examples, half single-frame, half streams")
+    p.add_argument("--examples", type=int, default=48, help="held-out examples, half single-frame, half streams")
     p.add_argument("--write", action="store_true", help="write the results into docs/BENCHMARKS.md")
     args = p.parse_args(argv)
     from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
