@@ -219,7 +219,7 @@ def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=160)
+    p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--grid", type=int, nargs=2, default=(2, 3), metavar=("ROWS", "COLS"), help="tokens per frame = ROWS x COLS")
