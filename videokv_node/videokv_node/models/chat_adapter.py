@@ -14,9 +14,11 @@ from abc import abstractmethod
 
 import numpy as np
 import torch
+from transformers.cache_utils import Cache
 
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
-from videokv_node.models.attention import use_videokv_attention
+from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.rope import rotate_keys
 from videokv_node.vision.backends import TorchVisionBackend, VisionBackend
 
 # Re-rotation by a delta is exact only if inv_freq does not depend on the sequence (no dynamic/YaRN).
@@ -154,6 +156,29 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
         return self._eos
 
     # --- decoder ----------------------------------------------------------
+    # --- decoder: 1-D RoPE (Qwen2, Llama); Qwen2.5-VL overrides both for mRoPE -------
+    @torch.inference_mode()
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Cache,
+        logits: bool = True,
+        observer: AttentionObserver | None = None,
+    ) -> torch.Tensor | None:
+        positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
+        out = self._lm(
+            inputs_embeds=embeds,
+            position_ids=positions.to(self.device).view(1, -1),
+            past_key_values=cache,
+            use_cache=True,
+            videokv_observer=observer,
+        )
+        return self._last_logits(out) if logits else None
+
+    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)
+
     def _last_logits(self, out) -> torch.Tensor:
         """(vocab,) logits of the last token, float32 (float64 for a float64 model, for parity tests)."""
         logits = self.model.lm_head(out.last_hidden_state[:, -1])[0]

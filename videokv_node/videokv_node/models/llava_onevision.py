@@ -22,11 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
-from transformers.cache_utils import Cache
 
-from videokv_node.models.attention import AttentionObserver
 from videokv_node.models.chat_adapter import ChatVideoLLMAdapter
-from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 
@@ -141,25 +138,3 @@ class LlavaOnevisionAdapter(ChatVideoLLMAdapter):
         inner = self.model.model
         return [inner.vision_tower, inner.multi_modal_projector]
 
-    # --- decoder ----------------------------------------------------------
-    @torch.inference_mode()
-    def forward(
-        self,
-        embeds: torch.Tensor,
-        positions: torch.Tensor,
-        cache: Cache,
-        logits: bool = True,
-        observer: AttentionObserver | None = None,
-    ) -> torch.Tensor | None:
-        positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
-        out = self._lm(
-            inputs_embeds=embeds,
-            position_ids=positions.to(self.device).view(1, -1),
-            past_key_values=cache,
-            use_cache=True,
-            videokv_observer=observer,
-        )
-        return self._last_logits(out) if logits else None
-
-    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)

@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.cache_utils import Cache
 
 from videokv_node.memory.question import Frame
-from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.attention import use_videokv_attention
 from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMAdapter
 from videokv_node.models.adapter import KVGeometry
-from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 FILLER = " "  # the padding text: one token in byte-level BPE tokenizers (SmolLM2's, the tiny one)
@@ -166,25 +164,3 @@ class TextLMAdapter(ChatVideoLLMAdapter):
     def vision_modules(self) -> list[torch.nn.Module]:
         return []
 
-    # --- decoder ----------------------------------------------------------
-    @torch.inference_mode()
-    def forward(
-        self,
-        embeds: torch.Tensor,
-        positions: torch.Tensor,
-        cache: Cache,
-        logits: bool = True,
-        observer: AttentionObserver | None = None,
-    ) -> torch.Tensor | None:
-        positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
-        out = self._lm(
-            inputs_embeds=embeds,
-            position_ids=positions.to(self.device).view(1, -1),
-            past_key_values=cache,
-            use_cache=True,
-            videokv_observer=observer,
-        )
-        return self._last_logits(out) if logits else None
-
-    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)

@@ -29,13 +29,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.cache_utils import Cache
 
 from videokv_node.models.adapter import KVGeometry
-from videokv_node.models.attention import AttentionObserver, use_videokv_attention
+from videokv_node.models.attention import use_videokv_attention
 from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMAdapter
 from videokv_node.models.efficientnet_lite import FEATURE_DIM, IMAGE_SIZE, EfficientNetLite0, load_efficientnet_lite0, normalise
-from videokv_node.models.rope import rotate_keys
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "videokv-tiny"
@@ -110,6 +108,8 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         self.tokens_per_frame = projector.grid[0] * projector.grid[1]
         self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
         self._fingerprint: str | None = None
+        self._vision_backend = None  # None: PyTorch on the model's device, made on first use (vision/selection.py)
+        self.vision_max_batch = 8  # frames per backend call at most (vision.max_batch)
 
     # --- construction -----------------------------------------------------
     @classmethod
@@ -155,32 +155,13 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         """(F, 1280, S/32, S/32) frozen encoder features; the training script caches their pooled form."""
         return self.encoder.features(self.preprocess(frames))
 
-    @torch.inference_mode()
-    def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
-        return self.projector(self.encoder_maps(frames))  # (F, rows * cols, hidden)
+    def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, 3, S, S) normalised pixels -> (B, rows * cols, hidden): the frozen encoder, then the projector.
+        ``encode_frames`` (the shared one) runs it through the chosen vision backend."""
+        return self.projector(self.encoder.features(pixels))
 
-    # --- decoder ----------------------------------------------------------
-    @torch.inference_mode()
-    def forward(
-        self,
-        embeds: torch.Tensor,
-        positions: torch.Tensor,
-        cache: Cache,
-        logits: bool = True,
-        observer: AttentionObserver | None = None,
-    ) -> torch.Tensor | None:
-        positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
-        out = self._lm(
-            inputs_embeds=embeds,
-            position_ids=positions.to(self.device).view(1, -1),
-            past_key_values=cache,
-            use_cache=True,
-            videokv_observer=observer,
-        )
-        return self._last_logits(out) if logits else None
-
-    def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)
+    def vision_modules(self) -> list[torch.nn.Module]:
+        return [self.encoder, self.projector]
 
     # --- identity ---------------------------------------------------------
     def fingerprint(self) -> str:
