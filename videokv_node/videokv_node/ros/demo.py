@@ -8,7 +8,7 @@
    question restricted to a time window; prints answers, evidence stamps, TTFT
    and the memory statistics; exits 0 only if every step worked.
 
-    python -m videokv_node.ros.demo [--model tiny|tiny-qwen2.5-vl|DIR] [--policy POLICY] [--question-stage tgvkv]
+    python -m videokv_node.ros.demo [--model tiny|tiny-qwen2.5-vl|videokv-tiny|DIR] [--policy POLICY] [--question-stage tgvkv]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def show(label: str, resp, t0_ns: int) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--model", default="tiny", help="'tiny', 'tiny-qwen2.5-vl' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory"
+        "--model", default="tiny", help="'tiny', 'tiny-qwen2.5-vl', 'videokv-tiny' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory"
     )
     parser.add_argument("--policy", default="rekv", choices=list(POLICIES))
     parser.add_argument("--question-stage", default="none", choices=list(QUESTION_STAGES))

