@@ -72,9 +72,14 @@ def main(argv=None) -> int:
         # per-layer retrieval (16 tokens per frame: window 8 frames, ~18 frames resident, 4 retrieved).
         params.update({"memory.budget_tokens": 400, "memory.local_window_tokens": 128, "memory.retrieve_frames": 4})
     print(f"videokv demo: model {args.model!r}, policy {args.policy}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}")
-    if tiny:
+    if args.model == "videokv-tiny":
         print(
-            "NOTE: the 'tiny' model has random, untrained weights: it exercises the whole path (ROS API, memory,\n"
+            "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see README): it sees\n"
+            "      for real, but is weak (held-out accuracy in docs/BENCHMARKS.md); expect some wrong answers."
+        )
+    elif tiny:
+        print(
+            f"NOTE: the {args.model!r} model has random, untrained weights: it exercises the whole path (ROS API, memory,\n"
             "      retrieval, RoPE) but its answers are meaningless. For real answers run\n"
             "      make demo MODEL=/path/to/llava-onevision-qwen2-0.5b-ov-hf   (a local checkpoint; nothing is downloaded)"
         )
