@@ -11,6 +11,12 @@ A failed collective leaves a process group unusable, so after reporting the
 failure in the goal's result rank 0 exits non-zero; run under
 ``torchrun --max-restarts K`` and the whole group, action server included,
 comes back for the next job.
+
+Each incarnation of the group (``TORCHELASTIC_RESTART_COUNT``) keys its process
+groups in the rendezvous store under its own prefix: torchrun's static rendezvous
+keeps one TCPStore for all restarts, so without it a restarted rank can read the
+dead incarnation's gloo addresses, and its connect then waits out the group's
+timeout (the control group's is days) instead of meeting its new peers.
 """
 
 from __future__ import annotations
@@ -76,9 +82,25 @@ class Dispatcher:
             self.broken = True
             return ReplayOutcome(False, f"the Spava job failed: {exc}", [])
 
-    def stop(self) -> None:
-        if not self.broken:
+    def stop(self) -> bool:
+        """Tell the other ranks to exit; False if one is gone (torchrun stopping the group after a rank died)."""
+        if self.broken:
+            return False
+        try:
             dist.broadcast_object_list([None], src=0, group=self.control)
+        except Exception as exc:  # noqa: BLE001 - a peer is gone: nothing left to tell, torchrun restarts the group
+            print(f"spava rank 0: could not stop the other ranks: {exc}", file=sys.stderr)
+            return False
+        return True
+
+
+def init_job_groups(backend: str, timeout_s: float):
+    """Join the job group (the default process group) and return the control group, both keyed per incarnation."""
+    store, rank, world = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    incarnation = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"spava/incarnation{incarnation}", store), rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout_s))
+    return dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
 
 
 def serve_worker(worker: ReplayWorker, control) -> None:
@@ -104,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s))
-    control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+    control = init_job_groups(backend, cfg.timeout_s)
     rank = dist.get_rank()
+    sys.stderr.write(f"spava rank {rank} of {dist.get_world_size()}: job groups up (incarnation "
+                     f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, pid {os.getpid()})\n")  # one write: ranks interleave
+    sys.stderr.flush()
     worker = ReplayWorker(load_adapter(args.model, device, args.dtype, args.seed), cfg, None, args.max_new_tokens)
     if rank != 0:
         try:
@@ -120,9 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dispatcher = Dispatcher(worker, control)
     serve(dispatcher, world=worker.world, max_frames=args.max_frames, action=args.action)
-    if dispatcher.broken:
+    if not dispatcher.stop():
         return EXIT_BROKEN_GROUP
-    dispatcher.stop()
     dist.destroy_process_group()
     return 0
 
