@@ -47,10 +47,10 @@ def frame(seed: int, h: int = 24, w: int = 32) -> np.ndarray:
 
 
 @contextmanager
-def spava_service(env: dict, world: int = 2, max_restarts: int = 0):
+def spava_service(env: dict, world: int = 2, max_restarts: int = 0, action: str = ACTION):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world), "--master-addr", "127.0.0.1",
            "--max-restarts", str(max_restarts),
-           "--master-port", str(free_port()), "-m", "videokv_node.spava.server", "--model", "tiny", "--action", ACTION,
+           "--master-port", str(free_port()), "-m", "videokv_node.spava.server", "--model", "tiny", "--action", action,
            "--torch-threads", "1", *SPAVA_ARGS]
     log = open(env["SPAVA_LOG"], "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -68,9 +68,9 @@ def spava_service(env: dict, world: int = 2, max_restarts: int = 0):
 
 
 class ReplayClient:
-    def __init__(self, ctx) -> None:
+    def __init__(self, ctx, action: str = ACTION) -> None:
         self.node = Node("spava_it_client", context=ctx)
-        self.client = ActionClient(self.node, LongReplay, ACTION)
+        self.client = ActionClient(self.node, LongReplay, action)
         self.executor = SingleThreadedExecutor(context=ctx)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self._spin, daemon=True)
@@ -262,8 +262,12 @@ def test_the_service_comes_back_after_a_rank_dies(ros, tmp_path):
     env, ctx = ros
     env = dict(env, SPAVA_LOG=str(tmp_path / "spava.log"))
     goal = replay_goal([frame(i) for i in range(3)], [(10 + i) * NS for i in range(3)], [("Which?", ["a", "b"])])
-    with spava_service(env, max_restarts=3) as service:  # the README runs 3
-        client = ReplayClient(ctx)
+    # An action name of its own: the earlier tests' service, on the same name in this module's
+    # domain, may still be discovered while it shuts down, and wait_for_server would then
+    # return before this job's ranks even exist (seen in CI: no rank among torchrun's children).
+    action = ACTION + "_restart"
+    with spava_service(env, max_restarts=3, action=action) as service:  # the README runs 3
+        client = ReplayClient(ctx, action=action)
         try:
             assert client.client.wait_for_server(timeout_sec=180), open(env["SPAVA_LOG"]).read()
             os.kill(_worker_pid(service.pid, 1), signal.SIGKILL)
