@@ -58,12 +58,8 @@ def real_size_config(tokenizer) -> LlavaOnevisionConfig:
 
 
 @torch.no_grad()
-def build_adapter(seed: int) -> LlavaOnevisionAdapter:
-    """The real-size model in float32 on the CPU, weights drawn from ``seed``."""
-    tokenizer = build_tiny_tokenizer()
-    config = real_size_config(tokenizer)
-    with no_init_weights():  # buffers (rotary inv_freq, position ids) are still computed
-        model = LlavaOnevisionForConditionalGeneration(config)
+def fill_random_weights(model: torch.nn.Module, seed: int) -> None:
+    """Seeded weights of the checkpoint's scale (std INIT_STD, uniform: cheap to draw), zero biases, unit norms."""
     generator = torch.Generator().manual_seed(seed)
     bound = INIT_STD * math.sqrt(3.0)  # uniform(-b, b) has std b / sqrt(3)
     for name, param in model.named_parameters():
@@ -73,6 +69,16 @@ def build_adapter(seed: int) -> LlavaOnevisionAdapter:
             param.fill_(1.0)
         else:
             param.uniform_(-bound, bound, generator=generator)
+
+
+@torch.no_grad()
+def build_adapter(seed: int) -> LlavaOnevisionAdapter:
+    """The real-size model in float32 on the CPU, weights drawn from ``seed``."""
+    tokenizer = build_tiny_tokenizer()
+    config = real_size_config(tokenizer)
+    with no_init_weights():  # buffers (rotary inv_freq, position ids) are still computed
+        model = LlavaOnevisionForConditionalGeneration(config)
+    fill_random_weights(model, seed)
     adapter = LlavaOnevisionAdapter(model, tokenizer, name=NAME)
     if adapter.tokens_per_frame != 196:
         raise RuntimeError(f"expected 196 tokens per frame as the checkpoint, got {adapter.tokens_per_frame}")

@@ -64,7 +64,7 @@ def run(target, bag_path, out):
 
 
 def test_ros_replay_gives_the_engine_replays_answers(ros, tmp_path):
-    from videokv_node.eval.ros_target import RosTarget
+    from videokv_node.ros.replay_target import RosTarget
 
     env, ctx = ros
     write_bag(tmp_path / "bag")

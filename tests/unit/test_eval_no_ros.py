@@ -1,4 +1,4 @@
-"""The evaluation package imports without ROS: only ``--via ros`` (ros_target.RosTarget) imports rclpy, when it runs.
+"""The evaluation package imports without ROS: its `--via ros` side lives in videokv_node.ros.replay_target.
 
 The same guarded fresh interpreter as test_library_has_no_ros.py, walking videokv_node.eval.
 """
@@ -21,6 +21,6 @@ def test_eval_imports_without_ros():
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     imported = set(result.stdout.split())
-    for expected in ("videokv_node.eval.replay", "videokv_node.eval.ros_target", "videokv_node.eval.bag_io",
+    for expected in ("videokv_node.eval.replay", "videokv_node.eval.bag_io",
                      "videokv_node.eval.results", "videokv_node.eval.make_bag", "videokv_node.eval.__main__"):
         assert expected in imported

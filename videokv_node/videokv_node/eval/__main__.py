@@ -101,7 +101,7 @@ def run_bag(args: argparse.Namespace) -> int:
             if args.via == "engine":
                 target = EngineTarget(settings, args.option_scoring)
             else:
-                from videokv_node.eval.ros_target import RosTarget
+                from videokv_node.ros.replay_target import RosTarget
 
                 compressed = {t for t, m in bag.available.items() if m.endswith("CompressedImage")}
                 target = RosTarget(settings, params, bag.topics, compressed & set(bag.topics), log_path=args.out / "node.log")

@@ -1,7 +1,7 @@
 """``--via ros``: the node as its own process, the bag's messages republished to it over DDS.
 
-rclpy is imported when a ``RosTarget`` is made, never at module import, so the
-evaluation package stays importable without ROS. The recorded CDR bytes are
+It lives with the ROS adapter, not in ``eval/`` (which never imports rclpy); the
+evaluation CLI imports it only for ``--via ros``. The recorded CDR bytes are
 published unchanged (an unstamped frame gets its bag time as stamp, which is what
 the node would give it under ``use_sim_time``), ``/clock`` follows the bag time, and
 questions go through the node's ``~/ask`` service.
