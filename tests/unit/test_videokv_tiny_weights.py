@@ -45,6 +45,16 @@ def test_adapter_contract(adapter):
     assert adapter.geometry.n_layers == 30 and adapter.geometry.n_kv_heads == 3
 
 
+def test_every_word_the_tokens_are_aligned_to_is_one_smollm2_token(adapter):
+    """Training stage 1 aligns each visual token to one word's embedding; a split word would be averaged."""
+    from videokv_node.models.tiny_vlm_scenes import COLOURS, DIGITS, SHAPES
+
+    for word in [*COLOURS, *SHAPES, "nothing", "number"]:
+        assert len(adapter.tokenizer.encode(f" {word}", add_special_tokens=False)) == 1, word
+    for digit in DIGITS:
+        assert len(adapter.tokenizer.encode(digit, add_special_tokens=False)) == 1, digit
+
+
 def test_committed_weights_give_the_recorded_held_out_accuracy(adapter):
     check = json.loads((WEIGHTS_DIR / MANIFEST_FILE).read_text())["held_out"]["check"]
     right = right_answers(adapter, held_out_examples(CHECK_EXAMPLES))

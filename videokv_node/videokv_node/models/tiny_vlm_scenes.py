@@ -101,15 +101,13 @@ def caption(scene: Scene) -> str:
 
 
 def cell_words(scene: Scene) -> list[str]:
-    """What each of the 2 x 3 pooled cells of the projector is aligned to in training stage 1, row-major:
-    the top row names the colour in each column, the bottom row the shape ('nothing' where a column
-    is empty); a digit is 'number' above and the digit below, in the middle column."""
+    """What each of the projector's 6 tokens (2 per column, column by column) is aligned to in training:
+    per column its colour then its shape ('nothing nothing' where the column is empty), so a frame
+    reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle."""
     if scene.digit is not None:
-        return ["nothing", "number", "nothing", "nothing", scene.digit, "nothing"]
+        return ["nothing", "nothing", "number", scene.digit, "nothing", "nothing"]
     by_column = {s.column: s for s in scene.shapes}
-    top = [by_column[c].colour if c in by_column else "nothing" for c in COLUMNS]
-    bottom = [by_column[c].shape if c in by_column else "nothing" for c in COLUMNS]
-    return top + bottom
+    return [w for c in COLUMNS for w in ((by_column[c].colour, by_column[c].shape) if c in by_column else ("nothing", "nothing"))]
 
 
 def normalise_answer(text: str) -> str:

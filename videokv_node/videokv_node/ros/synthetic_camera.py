@@ -1,6 +1,7 @@
 """Publish the synthetic scene (``videokv_node.synthetic``) as a camera: for the demo and tests.
 
     python -m videokv_node.ros.synthetic_camera --topic camera/front --frames 120 --fps 4 --rate 10
+    python -m videokv_node.ros.synthetic_camera --topic camera/front --story   # videokv-tiny's demo story
 
 Header stamps are ``start_ns + i / fps`` (scene time), published ``rate`` times
 faster than real time; the stamps, not the publishing times, are what the
@@ -42,8 +43,10 @@ def compressed_msg(rgb, stamp_ns: int, frame_id: str = "camera") -> CompressedIm
     return msg
 
 
-def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, start_ns: int, compressed: bool = False) -> int:
-    """Publish ``frames`` frames of the default scenario; returns how many were published."""
+def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, start_ns: int, compressed: bool = False,
+                  story: bool = False) -> int:
+    """Publish ``frames`` frames of the default scenario, or with ``story`` every frame of videokv-tiny's
+    demo story (``models/tiny_vlm_story.py``; ``frames`` is then ignored); returns how many were published."""
     msg_type = CompressedImage if compressed else Image
     # Reliable: a test or demo must not lose frames to the network, only to the node's own sampling.
     pub = node.create_publisher(msg_type, topic, QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
@@ -53,13 +56,19 @@ def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, 
     # The reader matches this writer a moment after this writer matched it; a best-effort
     # (sensor_data) reader would drop what arrives before that.
     time.sleep(1.0)
-    scene = SyntheticScene(fps=fps, scenario=default_scenario(frames))
+    if story:
+        from videokv_node.models.tiny_vlm_story import Story
+
+        stream = list(Story(fps=fps).frames(start_ns))
+    else:
+        scene = SyntheticScene(fps=fps, scenario=default_scenario(frames))
+        stream = [(stamp_ns, rgb) for stamp_ns, rgb, _ in scene.frames(frames, start_stamp_ns=start_ns)]
     period = 1.0 / (fps * rate) if rate > 0 else 0.0
-    for stamp_ns, rgb, _ in scene.frames(frames, start_stamp_ns=start_ns):
+    for stamp_ns, rgb in stream:
         pub.publish(compressed_msg(rgb, stamp_ns) if compressed else image_msg(rgb, stamp_ns))
         if period:
             time.sleep(period)
-    return frames
+    return len(stream)
 
 
 def main(argv=None) -> int:
@@ -70,12 +79,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="real-time factor; 0 = as fast as possible")
     parser.add_argument("--start-ns", type=int, default=0, help="stamp of frame 0; 0 = the node clock now")
     parser.add_argument("--compressed", action="store_true")
+    parser.add_argument("--story", action="store_true", help="videokv-tiny's demo story instead of the default scenario")
     args, ros_args = parser.parse_known_args(argv)
     rclpy.init(args=ros_args)
     node = Node("synthetic_camera")
     try:
         start = args.start_ns or node.get_clock().now().nanoseconds
-        n = publish_scene(node, args.topic, args.frames, args.fps, args.rate, start, args.compressed)
+        n = publish_scene(node, args.topic, args.frames, args.fps, args.rate, start, args.compressed, args.story)
         time.sleep(0.5)  # let reliable delivery finish before the publisher goes
         node.get_logger().info(f"published {n} frames on {args.topic}")
     except KeyboardInterrupt:
