@@ -19,7 +19,7 @@ from videokv_node.models.efficientnet_lite import FEATURE_DIM, MID_FEATURE_DIM
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 from videokv_node.models.tiny_vlm_scenes import SceneSampler, cell_words
 from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, cell_targets, train
-from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
+from videokv_node.models.videokv_tiny import Projector, grid_pool, tiny_llama_config
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,12 @@ def test_projector_emits_each_columns_tokens_from_that_column_alone():
             assert diff.shape == (6,)
             assert torch.all(diff[4:] > 0) and torch.all(diff[:4] == 0)
     assert projector.pool(maps, mid).shape == (1, *projector.pooled_shape)
+
+
+@pytest.mark.parametrize("h, w", [(7, 7), (14, 14), (2, 2), (4, 4), (5, 9), (3, 2)])
+def test_grid_pool_equals_adaptive_average_pooling(h, w):
+    x = torch.rand(2, 5, h, w, dtype=torch.float64)
+    torch.testing.assert_close(grid_pool(x, (2, 3)), torch.nn.functional.adaptive_avg_pool2d(x, (2, 3)), rtol=0, atol=1e-12)
 
 
 def test_random_variant_is_reproducible_and_isolated_from_the_global_rng(adapter):

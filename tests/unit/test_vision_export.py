@@ -16,10 +16,11 @@ import torch
 
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 from videokv_node.models.qwen2_5_vl import Qwen25VLAdapter
+from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 from videokv_node.vision.backends import OnnxRuntimeVisionBackend, TorchVisionBackend
 from videokv_node.vision.export import INPUT_NAME, MANIFEST, ensure_onnx, export_vision_onnx, load_export
 
-ADAPTERS = {"llava": LlavaOnevisionAdapter.tiny, "qwen": Qwen25VLAdapter.tiny}
+ADAPTERS = {"llava": LlavaOnevisionAdapter.tiny, "qwen": Qwen25VLAdapter.tiny, "videokv-tiny": VideoKVTinyAdapter.tiny}
 
 
 def frames(n: int, seed: int = 0) -> list[np.ndarray]:

@@ -43,6 +43,28 @@ PROJECTOR_FILE = "projector.safetensors"
 MANIFEST_FILE = "manifest.json"
 
 
+def pool_matrix(n_in: int, n_out: int, like: torch.Tensor) -> torch.Tensor:
+    """(n_out, n_in): row i averages inputs [floor(i n_in / n_out), ceil((i + 1) n_in / n_out)), the
+    regions of ``adaptive_avg_pool``."""
+    m = torch.zeros(n_out, n_in, dtype=like.dtype, device=like.device)
+    for i in range(n_out):
+        start, end = (i * n_in) // n_out, -(-(i + 1) * n_in // n_out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+def grid_pool(x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, C, h, w) -> (B, C, rows, cols): ``F.adaptive_avg_pool2d(x, grid)`` as two matrix products.
+
+    Why: ONNX cannot export adaptive pooling of a map whose size it does not know statically
+    (the encoder's SAME padding hides it), so the vision backends could not serve this model.
+    A frame's map size is fixed by the model's image size, so the matrices are constants of an
+    exported graph (``int`` of the traced size); in eager mode they are rebuilt per call (tiny).
+    """
+    h, w = (int(v) for v in x.shape[-2:])
+    return pool_matrix(h, grid[0], x) @ x @ pool_matrix(w, grid[1], x).T
+
+
 class Projector(nn.Module):
     """Encoder maps -> (F, rows * cols, hidden) visual tokens, column by column: token ``c * rows + r``.
 
@@ -80,7 +102,7 @@ class Projector(nn.Module):
     def pool(self, maps: torch.Tensor, mid: torch.Tensor) -> torch.Tensor:
         """(F, C, h, w) final and (F, M, h', w') mid maps -> (F, cols, rows * (C + M)): what the training
         script caches (the encoder is frozen)."""
-        pooled = torch.cat([F.adaptive_avg_pool2d(maps, self.grid), F.adaptive_avg_pool2d(mid, self.grid)], 1)  # (F, C+M, rows, cols)
+        pooled = torch.cat([grid_pool(maps, self.grid), grid_pool(mid, self.grid)], 1)  # (F, C+M, rows, cols)
         return pooled.permute(0, 3, 2, 1).flatten(2)  # (F, cols, rows * (C + M))
 
     def project(self, pooled: torch.Tensor) -> torch.Tensor:
