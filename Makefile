@@ -8,7 +8,7 @@
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
-#                       videokv-tiny on visual ones (about 35 minutes)
+#                       videokv-tiny on visual ones (about 30 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
