@@ -9,7 +9,7 @@
 With ``videokv-tiny`` (the default: the small self-trained model, which sees for real) the
 camera shows its story (``models/tiny_vlm_story.py``: rendered scenes of the kind it was
 trained on), and each question is asked over the time window of the scenes it is about,
-with a memory budget small enough that most frames are offloaded and retrieved back.
+with a memory budget that holds half of its frames, so the others are offloaded and retrieved back.
 With the random-weight ``tiny`` models or a checkpoint directory it shows a scripted scene
 (a red "toolbox" square that stays, a green "apple", a blue "ball" crossing, a printed 7,
 a yellow cone) and asks a multiple-choice, an open and a time-window question.
@@ -146,9 +146,9 @@ def main(argv=None) -> int:
     if story:
         # 6 tokens a frame after the 23-token prompt: 48 tokens keep 4 of the story's 8 sampled frames resident;
         # the rest are offloaded to host memory and retrieved back (3 at most) for the questions about them.
-        # A local window of one token: each frame is encoded after the prompt alone, as in training (the model
-        # never saw a frame encoded in the context of other frames; with a 2-frame window it answered 1 of 6
-        # story questions, with this one as a plain forward over the frame does).
+        # A local window of one token: each frame is encoded after the prompt alone, as the model was trained to
+        # read a single frame (with a 2-frame window, i.e. each frame encoded after the previous two, it answered
+        # 1 of 6 story questions; with this one it answers as a plain forward over the window's frames does).
         params.update({"memory.budget_tokens": 48, "memory.local_window_tokens": 1, "memory.retrieve_frames": 3})
     elif tiny:
         # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
