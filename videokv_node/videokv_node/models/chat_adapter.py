@@ -155,7 +155,6 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
     def eos_token_ids(self) -> set[int]:
         return self._eos
 
-    # --- decoder ----------------------------------------------------------
     # --- decoder: 1-D RoPE (Qwen2, Llama); Qwen2.5-VL overrides both for mRoPE -------
     @torch.inference_mode()
     def forward(

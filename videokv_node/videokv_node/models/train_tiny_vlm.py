@@ -116,10 +116,12 @@ class ProjectorTrainer:
 
     def loss(self, batch: list[Example]) -> torch.Tensor:
         """Mean cross-entropy over every answer token (and the closing <|im_end|>) of the batch."""
+        scenes = list(dict.fromkeys(s for ex in batch for s in ex.scenes))  # each distinct frame projected once
+        tokens = self.projector.project(torch.stack([self.features[s] for s in scenes]))  # (S, T, hidden)
+        row = {s: i for i, s in enumerate(scenes)}
         seqs, targets = [], []
         for ex in batch:
-            frames = torch.stack([self.features[s] for s in ex.scenes])  # (F, T, 1280)
-            visual = self.projector.project(frames).flatten(0, 1)  # (F*T, hidden)
+            visual = tokens[[row[s] for s in ex.scenes]].flatten(0, 1)  # (F*T, hidden)
             q = self.question_ids(ex.question)
             a = self._ids(ex.answer) + [self.end_id]
             text = self.embed(torch.tensor(q + a[:-1]))  # (len(q) + len(a) - 1, hidden)
@@ -139,10 +141,8 @@ class ProjectorTrainer:
         labels = torch.tensor([t for _, a in targets for t in a])
         loss = F.cross_entropy(self.llm.lm_head(hidden).float(), labels)
         if self.align_weight:
-            scenes = list(dict.fromkeys(s for ex in batch for s in ex.scenes))
-            x = torch.stack([self.features[s] for s in scenes])
             y = torch.stack([self.targets[s] for s in scenes])
-            loss = loss + self.align_weight * (self.projector.project(x) - y).pow(2).mean() / self.target_scale
+            loss = loss + self.align_weight * (tokens - y).pow(2).mean() / self.target_scale
         return loss
 
 

@@ -71,7 +71,7 @@ def wait_ingested(client: MemoryClient, expected: int) -> None:
 
 def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample_fps: float, t0_ns: int, env: dict) -> bool:
     """videokv-tiny: publish the story, then ask each segment's question over its own time window."""
-    from videokv_node.models.tiny_vlm_scenes import normalise_answer
+    from videokv_node.models.tiny_vlm_scenes import caption, normalise_answer
     from videokv_node.models.tiny_vlm_story import Story
 
     story = Story(fps=fps)
@@ -83,8 +83,7 @@ def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample
     ok, right = True, 0
     for k, seg in enumerate(story.segments):
         since, until = story.window(k, t0_ns)
-        what = ", ".join(s.shapes[0].name + " on the " + s.shapes[0].column if len(s.shapes) == 1 else
-                         (f"the number {s.digit}" if s.digit else " and ".join(x.name for x in s.shapes)) for s in seg.scenes)
+        what = ", ".join(" and ".join(x.name for x in s.shapes) if len(s.shapes) > 1 else caption(s) for s in seg.scenes)
         resp = client.ask(seg.question, max_new_tokens=6, since_ns=since, until_ns=until)
         ok &= show(f"{(since - t0_ns) / NS:.1f}-{(until - t0_ns) / NS:.2f}s (showing {what}): {seg.question!r}", resp, t0_ns)
         if resp.success:
