@@ -18,12 +18,20 @@ import torch.distributed as dist
 
 from videokv_node.spava.server import init_job_groups
 
+# Rank 1 of incarnation 1 starts LATE_S after rank 0, long enough for rank 0 to be
+# waiting on its peer's key; the join timeout leaves ample slack beyond that on a
+# loaded 2-core CI machine (a 5 s timeout against a 4 s delay timed out there once).
+# A regression (rank 0 dialling the dead incarnation's address) still fails: rank 0
+# never meets rank 1 and the join times out.
+LATE_S = 3.0
+JOIN_TIMEOUT_S = 30.0
+
 
 def main() -> int:
     rank, incarnation = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     if incarnation == 1 and rank == 1:
-        time.sleep(4.0)
-    control = init_job_groups("gloo", timeout_s=5.0)
+        time.sleep(LATE_S)
+    control = init_job_groups("gloo", timeout_s=JOIN_TIMEOUT_S)
     if incarnation == 0:
         if rank == 1:
             os._exit(1)  # a rank dies: torchrun stops rank 0 and restarts both

@@ -192,7 +192,16 @@ class MemoryClient:
                 self._stats_cond.wait(left)
             return self._stats
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the spin thread, then destroy the node.
+
+        The order matters: destroying entities while the spin thread is still inside the
+        executor's wait set races with it in rcl. The spin loop leaves once the executor is
+        shut down (its guard condition wakes the wait).
+        """
         self._executor.shutdown(timeout_sec=1.0)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            print(f"MemoryClient: the spin thread did not stop within {timeout} s", flush=True)
         self._ask_action.destroy()
         self.node.destroy_node()
