@@ -8,12 +8,21 @@ the data set on every machine.
 
 Answers are short words (``red``, ``circle``, ``left``, ``two``, ``7``, ``red circle``);
 ``normalise_answer`` is how a generated answer is compared with them.
+
+Real photos join the rendered scenes (``PHOTOS``): the photographs scikit-image ships inside
+its wheel, whose content is known (a cat, an astronaut, a cup of coffee, grass, ...). Each is
+seen through random crops (``Scene.photo``); questions ask what they show, as the rendered
+ones do. Why: the issue asks for them, and without any real picture in training the
+projector's inputs from a camera are wholly out of distribution.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -25,6 +34,53 @@ COLUMNS = {"left": 48, "middle": 112, "right": 176}  # x of a column's centre, p
 COUNT_WORDS = ("zero", "one", "two", "three")
 DIGITS = "0123456789"
 FONT_FILE = "DejaVuSans-Bold.ttf"
+
+
+@dataclass(frozen=True, slots=True)
+class Photo:
+    """One of scikit-image's photos and what questions about it are answered with."""
+
+    file: str  # in skimage/data/
+    caption: str  # the answer to 'Describe the image.' and 'What is in the image?'
+    people: str | None = None  # answer to 'How many people are there?' where the photo shows people
+    colour: tuple[str, str] | None = None  # (thing, colour): 'What colour is the <thing>?'
+
+
+# Chosen by looking at each photo: only content that fills most of any crop of at least 60% of
+# the picture's shorter side, named as a person would. Left out: scientific and texture images
+# whose names a viewer could not give (cells, retina, ihc, microaneurysms, phantom, gravel, ...).
+PHOTOS = (
+    Photo("chelsea.png", "a cat", colour=("cat", "brown")),
+    Photo("astronaut.png", "an astronaut", people="one"),
+    Photo("coffee.png", "a cup of coffee"),
+    Photo("rocket.jpg", "a rocket"),
+    Photo("motorcycle_left.png", "a motorcycle"),
+    Photo("camera.png", "a man with a camera", people="one"),
+    Photo("coins.png", "coins"),
+    Photo("moon.png", "the moon"),
+    Photo("grass.png", "grass", colour=("grass", "green")),
+    Photo("brick.png", "a brick wall"),
+    Photo("horse.png", "a horse"),
+    Photo("text.png", "text"),
+    Photo("hubble_deep_field.jpg", "galaxies in space"),
+)
+PHOTO_BY_FILE = {p.file: p for p in PHOTOS}
+MIN_CROP = 0.6  # smallest crop side, as a fraction of the photo's shorter side
+
+
+def photo_dir() -> Path:
+    """scikit-image's data directory, found without importing scikit-image (its lazy loader is not installed)."""
+    spec = importlib.util.find_spec("skimage")
+    path = None if spec is None or spec.origin is None else Path(spec.origin).parent / "data"
+    if path is None or not path.is_dir():
+        raise FileNotFoundError("scikit-image is not installed (pip install --no-deps -r requirements/models-nodeps.txt); "
+                                "its wheel ships the real photos")
+    return path
+
+
+@lru_cache(maxsize=len(PHOTOS))
+def _photo(file: str) -> Image.Image:
+    return Image.open(photo_dir() / file).convert("RGB")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +101,8 @@ class Scene:
 
     shapes: tuple[Shape, ...] = ()
     digit: str | None = None
-    seed: int = 0  # draws the jitter: size, exact position, background tint
+    seed: int = 0  # draws the jitter: size, exact position, background tint; for a photo its crop and flip
+    photo: str | None = None  # a file of PHOTOS: the frame is a random crop of it, nothing is drawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +125,15 @@ def _font(size: int):
 def render(scene: Scene) -> np.ndarray:
     """(224, 224, 3) uint8 RGB picture of ``scene``; the same scene always gives the same pixels."""
     rng = np.random.default_rng(scene.seed)
+    if scene.photo is not None:
+        img = _photo(scene.photo)
+        w, h = img.size
+        side = int(min(w, h) * rng.uniform(MIN_CROP, 1.0))
+        left, top = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
+        crop = img.crop((left, top, left + side, top + side)).resize((SIZE, SIZE), Image.BILINEAR)
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        return np.asarray(crop).copy()
     bg = tuple(int(v) for v in 235 + rng.integers(-15, 16, 3))
     img = Image.new("RGB", (SIZE, SIZE), bg)
     draw = ImageDraw.Draw(img)
@@ -92,6 +158,8 @@ def render(scene: Scene) -> np.ndarray:
 
 def caption(scene: Scene) -> str:
     """The answer to 'Describe the image.'"""
+    if scene.photo is not None:
+        return PHOTO_BY_FILE[scene.photo].caption
     if scene.digit is not None:
         return f"the number {scene.digit}"
     if len(scene.shapes) == 1:
@@ -100,10 +168,13 @@ def caption(scene: Scene) -> str:
     return f"{COUNT_WORDS[len(scene.shapes)]} shapes"
 
 
-def cell_words(scene: Scene) -> list[str]:
+def cell_words(scene: Scene) -> list[str] | None:
     """What each of the projector's 6 tokens (2 per column, column by column) is aligned to in training:
     per column its colour then its shape ('nothing nothing' where the column is empty), so a frame
-    reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle."""
+    reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle.
+    None for a photo: its columns have no names of that kind, so only the answer loss trains on it."""
+    if scene.photo is not None:
+        return None
     if scene.digit is not None:
         return ["nothing", "nothing", "number", scene.digit, "nothing", "nothing"]
     by_column = {s.column: s for s in scene.shapes}
@@ -121,15 +192,22 @@ def normalise_answer(text: str) -> str:
 class SceneSampler:
     """Draws scenes and questions from one seeded Generator: the data recipe of the training script."""
 
-    def __init__(self, seed: int, pool: int | None = None):
+    def __init__(self, seed: int, pool: int | None = None, photo_crops: int = 0):
         """``pool``: if set, scenes are picked from a fixed set of about ``pool`` scenes drawn first, so a
-        training set of many questions needs few encoder passes (each scene is asked several things)."""
+        training set of many questions needs few encoder passes (each scene is asked several things).
+        ``photo_crops``: crops drawn per photo for ``photo_question`` (0: fresh crops every time)."""
         self.rng = np.random.default_rng(seed)
         self._pools: dict[str, list[Scene]] | None = None
         if pool is not None:
             draw = {"single": self._fresh_single, "several": self._fresh_several, "digit": self._fresh_digit}
             share = {"single": 0.6, "several": 0.2, "digit": 0.2}
             self._pools = {k: [draw[k]() for _ in range(max(1, int(pool * share[k])))] for k in draw}
+        # Crops come from a generator of their own, so adding photos leaves every rendered scene and
+        # question of the same seed as it was (and a feature cache of them valid).
+        self._photo_rng = np.random.default_rng([seed, 1])
+        self._crops: dict[str, list[Scene]] | None = None
+        if photo_crops:
+            self._crops = {p.file: [self.photo(p) for _ in range(photo_crops)] for p in PHOTOS}
 
     def _pick(self, seq):
         return seq[int(self.rng.integers(len(seq)))]
@@ -174,6 +252,12 @@ class SceneSampler:
                 out.append(s)
         return out
 
+    def photo(self, photo: Photo) -> Scene:
+        """A crop of ``photo`` (from the drawn crops when the sampler has them)."""
+        if self._crops is None:
+            return Scene(photo=photo.file, seed=int(self._photo_rng.integers(2**31)))
+        return self._crops[photo.file][int(self._photo_rng.integers(len(self._crops[photo.file])))]
+
     # --- questions --------------------------------------------------------
     def frame_question(self) -> Example:
         """One frame: colour, shape, position, count, digit or caption."""
@@ -216,11 +300,24 @@ class SceneSampler:
         other = names[i + 1] if kind == "after" else names[i - 1]
         return Example(tuple(scenes), f"What came {kind} the {names[i].name}?", other.name, kind)
 
+    def photo_question(self) -> Example:
+        """One crop of a real photo: what it shows, or (where the photo has one) a people count or a colour."""
+        rng = self._photo_rng
+        photo = PHOTOS[int(rng.integers(len(PHOTOS)))]
+        scene = self.photo(photo)
+        asks = [(("Describe the image.", "What is in the image?")[int(rng.integers(2))], photo.caption)]
+        if photo.people:
+            asks.append(("How many people are there?", photo.people))
+        if photo.colour:
+            asks.append((f"What colour is the {photo.colour[0]}?", photo.colour[1]))
+        question, answer = asks[int(rng.integers(len(asks)))]
+        return Example((scene,), question, answer, "photo")
+
 
 # Chance level of each kind: one over the number of answers a guess picks from.
 CHANCE = {
     "colour": 1 / len(COLOURS), "shape": 1 / len(SHAPES), "position": 1 / len(COLUMNS), "count": 1 / 3,
     "digit": 1 / len(DIGITS), "caption": 1 / (len(COLOURS) * len(SHAPES) * len(COLUMNS) + len(DIGITS)),
     "first": 1 / len(COLOURS), "last": 1 / len(COLOURS), "after": 1 / (len(COLOURS) * len(SHAPES) - 1),
-    "before": 1 / (len(COLOURS) * len(SHAPES) - 1), "motion": 1 / 2,
+    "before": 1 / (len(COLOURS) * len(SHAPES) - 1), "motion": 1 / 2, "photo": 1 / len(PHOTOS),
 }

