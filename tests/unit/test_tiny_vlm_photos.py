@@ -87,3 +87,14 @@ def test_the_alignment_leash_holds_only_rendered_frames():
     rendered = [ex for ex in examples if ex.kind != "photo"]
     assert ProjectorTrainer(llm, tokenizer, projector, features, align_weight=3.0).loss(rendered) > \
         ProjectorTrainer(llm, tokenizer, projector, features).loss(rendered)
+
+
+@needs_photos
+def test_colour_questions_are_asked_only_of_colour_photos():
+    """A grayscale photo cannot show what colour a thing is (grass.png is grayscale: no grass colour)."""
+    from PIL import Image
+
+    for photo in PHOTOS:
+        rgb = np.asarray(Image.open(photo_dir() / photo.file).convert("RGB")).astype(int)
+        grey = np.abs(rgb[..., 0] - rgb[..., 1]).max() < 3 and np.abs(rgb[..., 1] - rgb[..., 2]).max() < 3
+        assert not (grey and photo.colour), photo.file

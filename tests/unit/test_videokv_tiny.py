@@ -140,3 +140,35 @@ def test_scene_sampler_is_deterministic():
     a = [SceneSampler(4, pool=20).stream_question() for _ in range(3)]
     b = [SceneSampler(4, pool=20).stream_question() for _ in range(3)]
     assert a == b
+
+
+def test_gapped_positions_keep_frames_whole_and_gaps_within_bounds():
+    from videokv_node.models.train_tiny_vlm import gapped_positions
+
+    gen = torch.Generator().manual_seed(0)
+    assert gapped_positions(5, 2, 3, 4, 0, gen).tolist() == list(range(5, 15))  # no gap: back to back
+    for _ in range(50):
+        pos = gapped_positions(23, 3, 6, 9, 10, gen)
+        assert len(pos) == 3 * 6 + 9 and pos[0] >= 23 and bool((pos[1:] > pos[:-1]).all())
+        steps = (pos[1:] - pos[:-1]).tolist()
+        inner = [steps[i] for i in range(len(steps)) if (i + 1) % 6 != 0 or i + 1 > 18]  # within a frame or the text
+        assert all(s == 1 for s in inner)
+        assert pos[0] - 23 <= 10 and all(1 <= s <= 11 for s in steps)
+
+
+def test_training_with_position_gaps_changes_the_layout_not_the_data():
+    tokenizer = build_tiny_tokenizer()
+    torch.manual_seed(0)
+    llm = LlamaForCausalLM(tiny_llama_config(tokenizer)).eval()
+    projector = Projector(llm.config.hidden_size, mlp_dim=32)
+    examples = build_examples(seed=3, n_frame=3, n_stream=2, pool=12, max_stream=3)
+    gen = torch.Generator().manual_seed(0)
+    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
+    features = {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
+    plain = ProjectorTrainer(llm, tokenizer, projector, features).loss(examples)
+    never = ProjectorTrainer(llm, tokenizer, projector, features, max_gap=50, gap_share=0.0).loss(examples)
+    always = ProjectorTrainer(llm, tokenizer, projector, features, max_gap=50, gap_share=1.0, seed=1).loss(examples)
+    torch.testing.assert_close(never, plain)
+    assert not torch.allclose(always, plain)
+    again = ProjectorTrainer(llm, tokenizer, projector, features, max_gap=50, gap_share=1.0, seed=1).loss(examples)
+    torch.testing.assert_close(again, always)  # seeded

@@ -46,19 +46,21 @@ class Photo:
     colour: tuple[str, str] | None = None  # (thing, colour): 'What colour is the <thing>?'
 
 
-# Chosen by looking at each photo: only content that fills most of any crop of at least 60% of
-# the picture's shorter side, named as a person would. Left out: scientific and texture images
-# whose names a viewer could not give (cells, retina, ihc, microaneurysms, phantom, gravel, ...).
+# Chosen by looking at each photo: content that fills most of any crop of at least 60% of the
+# picture's shorter side, named as a person would. Colours only where the photo is in colour and
+# the colour is plain (grass.png, moon.png, brick.png, horse.png, text.png, camera.png and coins.png
+# are grayscale). Left out: scientific and texture images whose names a viewer could not give
+# (cells, retina, ihc, microaneurysms, phantom, gravel, ...).
 PHOTOS = (
-    Photo("chelsea.png", "a cat", colour=("cat", "brown")),
+    Photo("chelsea.png", "a cat"),
     Photo("astronaut.png", "an astronaut", people="one"),
     Photo("coffee.png", "a cup of coffee"),
     Photo("rocket.jpg", "a rocket"),
-    Photo("motorcycle_left.png", "a motorcycle"),
+    Photo("motorcycle_left.png", "a motorcycle", colour=("motorcycle", "red")),
     Photo("camera.png", "a man with a camera", people="one"),
     Photo("coins.png", "coins"),
     Photo("moon.png", "the moon"),
-    Photo("grass.png", "grass", colour=("grass", "green")),
+    Photo("grass.png", "grass"),
     Photo("brick.png", "a brick wall"),
     Photo("horse.png", "a horse"),
     Photo("text.png", "text"),

