@@ -106,6 +106,13 @@ def test_a_few_training_steps_on_a_tiny_batch_lower_the_loss():
     assert all(torch.equal(v, llm.state_dict()[k]) for k, v in frozen.items()), "the decoder must stay frozen"
 
 
+def random_features(projector, examples, seed: int):
+    """The examples' distinct scenes (sorted by seed) and seeded random pooled features for each."""
+    gen = torch.Generator().manual_seed(seed)
+    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
+    return scenes, {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
+
+
 def test_stage_two_adds_the_weighted_alignment_loss_of_the_batchs_frames():
     """loss(align_weight=w) = answer loss + w * mean((tokens - word embeddings)^2) / mean(embeddings^2),
     over the distinct frames of the batch, each aligned to its cell_words."""
@@ -114,9 +121,7 @@ def test_stage_two_adds_the_weighted_alignment_loss_of_the_batchs_frames():
     llm = LlamaForCausalLM(tiny_llama_config(tokenizer)).eval()
     projector = Projector(llm.config.hidden_size, mlp_dim=32)
     examples = build_examples(seed=5, n_frame=2, n_stream=1, pool=12, max_stream=3)
-    gen = torch.Generator().manual_seed(1)
-    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
-    features = {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
+    scenes, features = random_features(projector, examples, seed=1)
     plain = ProjectorTrainer(llm, tokenizer, projector, features).loss(examples)
     leashed = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=0.5).loss(examples)
     embed = llm.get_input_embeddings()
@@ -162,9 +167,7 @@ def test_training_with_position_gaps_changes_the_layout_not_the_data():
     llm = LlamaForCausalLM(tiny_llama_config(tokenizer)).eval()
     projector = Projector(llm.config.hidden_size, mlp_dim=32)
     examples = build_examples(seed=3, n_frame=3, n_stream=2, pool=12, max_stream=3)
-    gen = torch.Generator().manual_seed(0)
-    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
-    features = {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
+    _, features = random_features(projector, examples, seed=0)
     plain = ProjectorTrainer(llm, tokenizer, projector, features).loss(examples)
     never = ProjectorTrainer(llm, tokenizer, projector, features, max_gap=50, gap_share=0.0).loss(examples)
     always = ProjectorTrainer(llm, tokenizer, projector, features, max_gap=50, gap_share=1.0, seed=1).loss(examples)
