@@ -27,7 +27,9 @@ def generate_launch_description() -> LaunchDescription:
     args = [
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the node"),
         DeclareLaunchArgument("params_file", default_value=default_params, description="parameter file"),
-        DeclareLaunchArgument("model", default_value="tiny", description="'tiny' or a local checkpoint directory"),
+        DeclareLaunchArgument("model", default_value="tiny",
+                              description="'videokv-tiny' (self-trained, sees for real), 'tiny' or 'tiny-qwen2.5-vl' "
+                                          "(random weights, for tests), or a local checkpoint directory"),
         DeclareLaunchArgument("policy", default_value="rekv", description="memory policy: full, rekv, streamkv, hermes or mukv"),
         DeclareLaunchArgument("question_stage", default_value="none", description="question-time stage: none or tgvkv (TGV-KV)"),
         DeclareLaunchArgument("image_topic", default_value="image", description="camera topic the 'image' input is remapped to"),

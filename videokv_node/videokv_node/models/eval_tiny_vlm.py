@@ -81,13 +81,17 @@ def chance_of(examples: list[Example]) -> float:
 
 def stream_policies(adapter) -> dict[str, MemoryConfig]:
     """The memories stream questions are answered from: everything resident (``full``), and ReKV with
-    only 2 frames resident on the device, so answers need frames retrieved from host memory."""
+    only 2 frames resident on the device, so answers need frames retrieved from host memory; its frames
+    encoded in a window of the frame before, or each alone (a one-token local window: the demo's memory)."""
     sink, per_frame = len(adapter.prefix_ids()), adapter.tokens_per_frame
+    offload = 64 * per_frame * adapter.geometry.bytes_per_token
     return {
         "full": MemoryConfig(policy="full", budget_tokens=sink + 64 * per_frame, local_window_tokens=32 * per_frame),
         "rekv, 2 frames resident": MemoryConfig(
-            policy="rekv", budget_tokens=sink + 2 * per_frame, local_window_tokens=per_frame,
-            offload_bytes=64 * per_frame * adapter.geometry.bytes_per_token,
+            policy="rekv", budget_tokens=sink + 2 * per_frame, local_window_tokens=per_frame, offload_bytes=offload,
+        ),
+        "rekv, 2 resident, frames encoded alone": MemoryConfig(
+            policy="rekv", budget_tokens=sink + 2 * per_frame, local_window_tokens=1, offload_bytes=offload,
         ),
     }
 
