@@ -146,8 +146,9 @@ def main(argv=None) -> int:
         # 6 tokens a frame after the 23-token prompt: 48 tokens keep 4 of the story's 8 sampled frames resident;
         # the rest are offloaded to host memory and retrieved back (3 at most) for the questions about them.
         # A local window of one token: each frame is encoded after the prompt alone, as the model was trained to
-        # read a single frame (with a 2-frame window, i.e. each frame encoded after the previous two, it answered
-        # 1 of 6 story questions; with this one it answers as a plain forward over the window's frames does).
+        # read a single frame. Measured through the engine on the committed model (2026-11-23), story questions
+        # right: window 1 token 5/6 (the motion question wrong: encoded alone, frames lose their order; see
+        # eval_tiny_vlm's "frames encoded alone" row), 1 frame 4/6, 2-3 frames 5/6 (the digit read as 8).
         params.update({"memory.budget_tokens": 48, "memory.local_window_tokens": 1, "memory.retrieve_frames": 3})
     elif tiny:
         # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
