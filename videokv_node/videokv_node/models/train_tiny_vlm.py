@@ -8,9 +8,10 @@ embeddings of the words naming what each column shows, (2) the next-token loss o
 answers to questions about rendered scenes (``models/tiny_vlm_scenes.py``), single frames
 and streams of 2 to ``--max-stream`` frames, and about crops of real photos, with stage 1's
 loss kept as a leash on the rendered frames (``--align-weight``). Stage 2 also lays
-examples out as the memory engine does (``--max-gap``: frames and question at gapped
-positions; ``--window-share``: frames encoded in a sliding window after lead-in frames the
-question does not see), so the model reads a memory's cache as it reads a plain forward.
+examples out as the memory engine does, so the model reads a memory's cache as it reads a
+plain forward: ``--max-gap``, frames and question at gapped positions; ``--window-share``
+(off in the committed recipe: it cost colour, see ``ProjectorTrainer``), frames encoded in a
+sliding window after lead-in frames the question does not see.
 
 Why it fits in under an hour on 2 CPU cores (defaults: about 50 minutes):
 - the encoder is frozen, so each distinct scene goes through it once and its pooled
