@@ -85,3 +85,11 @@ def scene(n: int, seed: int = 0, scene_len: int = 4) -> list[Frame]:
         img = np.clip(base + rng.integers(-3, 4, (8, 8, 3)), 0, 255).astype(np.uint8)
         frames.append(Frame("/cam", (i + 1) * 10**9, img))
     return frames
+
+
+def random_features(projector, examples, seed: int):
+    """The examples' distinct scenes (sorted by seed) and seeded random pooled features for each: what
+    videokv-tiny's trainer reads in place of the frozen encoder's cached features."""
+    gen = torch.Generator().manual_seed(seed)
+    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
+    return scenes, {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from tests.unit.helpers import random_features
 from videokv_node.models.lora import DecoderLoRA
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, train
@@ -81,9 +82,8 @@ def test_config_rebuilds_an_adapter_its_state_dict_loads_into(tokenizer):
 def trainer_data(tokenizer, llm, seed=3):
     projector = Projector(llm.config.hidden_size, mlp_dim=32)
     examples = build_examples(seed=seed, n_frame=3, n_stream=1, pool=12, max_stream=3)
-    gen = torch.Generator().manual_seed(0)
-    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
-    return projector, examples, {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
+    _, features = random_features(projector, examples, seed=0)
+    return projector, examples, features
 
 
 def test_trainer_with_adapters_has_the_loss_of_the_merged_decoder(tokenizer):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 from transformers.cache_utils import DynamicCache
 
-from tests.unit.test_videokv_tiny import random_features
+from tests.unit.helpers import random_features
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 from videokv_node.models.tiny_vlm_scenes import Example
 from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, layout_mask

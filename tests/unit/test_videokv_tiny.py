@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from tests.unit.helpers import greedy, plain_forward, random_frames
+from tests.unit.helpers import greedy, plain_forward, random_features, random_frames
 from tests.unit.test_policy_parity import ATOL, N_FRAMES, UNBOUNDED, engine_for, ref_next_position
 from videokv_node.memory import Question
 from videokv_node.models import load_adapter
@@ -104,13 +104,6 @@ def test_a_few_training_steps_on_a_tiny_batch_lower_the_loss():
     after = trainer.loss(examples).item()
     assert after < 0.8 * before, (before, after)
     assert all(torch.equal(v, llm.state_dict()[k]) for k, v in frozen.items()), "the decoder must stay frozen"
-
-
-def random_features(projector, examples, seed: int):
-    """The examples' distinct scenes (sorted by seed) and seeded random pooled features for each."""
-    gen = torch.Generator().manual_seed(seed)
-    scenes = sorted({s for ex in examples for s in ex.scenes}, key=lambda s: s.seed)
-    return scenes, {s: torch.rand(*projector.pooled_shape, generator=gen) for s in scenes}
 
 
 def test_stage_two_adds_the_weighted_alignment_loss_of_the_batchs_frames():

@@ -194,7 +194,7 @@ class ProjectorTrainer:
         scenes = list(dict.fromkeys(s for ex, (leads, _) in zip(batch, layouts) for s in leads + list(ex.scenes)))
         tokens = self.projector.project(torch.stack([self.features[s] for s in scenes]))  # (S, T, hidden)
         row = {s: i for i, s in enumerate(scenes)}
-        seqs, targets, positions, shapes = [], [], [], []
+        seqs, targets, positions, n_texts = [], [], [], []
         P = len(self.prefix)
         T = tokens.shape[1]
         for ex, (leads, window) in zip(batch, layouts):
@@ -208,14 +208,15 @@ class ProjectorTrainer:
             targets.append((first, a))
             gap = self.max_gap if self.max_gap and torch.rand((), generator=self._gen) < self.gap_share else 0
             positions.append(gapped_positions(P, len(frames), T, text.shape[0], gap, self._gen))
-            shapes.append((len(leads), len(ex.scenes), text.shape[0], window))
+            n_texts.append(text.shape[0])
         L = max(s.shape[0] for s in seqs)
         embeds = torch.stack([F.pad(s, (0, 0, 0, L - s.shape[0])) for s in seqs])  # (B, L, hidden), right padded
         # The right padding continues each sequence's positions; causal, so real tokens never see it.
         position_ids = torch.stack([torch.cat([p, p[-1] + 1 + torch.arange(L - len(p))]) for p in positions])
         mask = None  # plain causal attention, unless an example is laid out as the engine encodes
         if any(leads or window is not None for leads, window in layouts):
-            allowed = torch.stack([layout_mask(n_lead, n, T, n_text, window, P, L) for n_lead, n, n_text, window in shapes])
+            allowed = torch.stack([layout_mask(len(leads), len(ex.scenes), T, n_text, window, P, L)
+                                   for ex, (leads, window), n_text in zip(batch, layouts, n_texts)])
             mask = torch.zeros(allowed.shape, dtype=embeds.dtype).masked_fill(~allowed, torch.finfo(embeds.dtype).min)
             mask = mask[:, None]  # (B, 1, L, P + L): a 4D mask, which transformers applies as given
         out = self.llm.model(
