@@ -27,8 +27,8 @@ def generate_launch_description() -> LaunchDescription:
     args = [
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the node"),
         DeclareLaunchArgument("params_file", default_value=default_params, description="parameter file"),
-        DeclareLaunchArgument("model", default_value="tiny",
-                              description="'videokv-tiny' (self-trained, sees for real), 'tiny' or 'tiny-qwen2.5-vl' "
+        DeclareLaunchArgument("model", default_value="videokv-tiny",
+                              description="'videokv-tiny' (self-trained, sees for real; the default), 'tiny' or 'tiny-qwen2.5-vl' "
                                           "(random weights, for tests), or a local checkpoint directory"),
         DeclareLaunchArgument("policy", default_value="rekv", description="memory policy: full, rekv, streamkv, hermes or mukv"),
         DeclareLaunchArgument("question_stage", default_value="none", description="question-time stage: none or tgvkv (TGV-KV)"),

@@ -117,13 +117,17 @@ def replay_goal(frames, stamps, questions) -> LongReplay.Goal:
     for rgb, t in zip(frames, stamps):
         goal.frames.append(image_msg(rgb, t))
         goal.frame_cameras.append("/cam")
-    for q, options in questions:
-        goal.questions.append(ReplayQuestion(question=q, options=options))
+    for q, options, *scoring in questions:
+        goal.questions.append(ReplayQuestion(question=q, options=options, option_scoring="".join(scoring)))
     return goal
 
 
-def oracle_option_scores(frames, question: str, options: list[str], world: int) -> list[float]:
-    """What the service must answer, from the single-process Spava oracle on the same tiny model."""
+def oracle_option_scores(frames, question: str, options: list[str], world: int, scoring: str = "letter") -> list[float]:
+    """What the service must answer, from the single-process Spava oracle on the same tiny model.
+
+    likelihood: a fresh oracle prefill of the open question per option, its tokens decoded one by
+    one, the mean log-probability per token, softmax (written out here, not the runner's loop).
+    """
     from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
     from videokv_node.spava.attention import use_spava_attention
     from videokv_node.spava.config import SpavaConfig
@@ -132,12 +136,25 @@ def oracle_option_scores(frames, question: str, options: list[str], world: int) 
     a = LlavaOnevisionAdapter.tiny(seed=0)
     use_spava_attention(a.model.config.text_config)
     video = a.encode_frames(frames).reshape(1, -1, a.model.config.text_config.hidden_size)
-    q_ids = a.question_ids(question, options)
+    q_ids = a.question_ids(question, [] if scoring == "likelihood" else options)
     embeds = torch.cat([a.embed_tokens(a.prefix_ids()), video, a.embed_tokens(q_ids)], dim=1)
-    runner = OracleRunner(a.model.model.language_model, a.model.lm_head, SpavaConfig(anchor_len=8, passing_len=4, pool_window=3), world)
+
+    def runner():
+        return OracleRunner(a.model.model.language_model, a.model.lm_head, SpavaConfig(anchor_len=8, passing_len=4, pool_window=3), world)
+
     with torch.inference_mode():
-        logits = runner.prefill(embeds, len(q_ids))
-    return torch.softmax(logits[a.option_token_ids(len(options))], 0).tolist()
+        if scoring == "letter":
+            logits = runner().prefill(embeds, len(q_ids))
+            return torch.softmax(logits[a.option_token_ids(len(options))], 0).tolist()
+        means = []
+        for option in options:
+            r = runner()
+            logits, total, tokens = r.prefill(embeds, len(q_ids)), 0.0, a.text_ids(option)
+            for token in tokens:
+                total += float(torch.log_softmax(logits.double(), 0)[token])
+                logits = r.decode(a.embed_tokens([token]))
+            means.append(total / len(tokens))
+    return torch.softmax(torch.tensor(means, dtype=torch.float64), 0).tolist()
 
 
 def test_long_replay_action_and_node_forwarding_over_dds(ros, tmp_path):
@@ -149,16 +166,22 @@ def test_long_replay_action_and_node_forwarding_over_dds(ros, tmp_path):
         client = ReplayClient(ctx)
         try:
             assert client.client.wait_for_server(timeout_sec=180), open(env["SPAVA_LOG"]).read()
-            goal = replay_goal(frames, stamps, [("What is in the video?", []), ("Which colour?", ["red", "blue"])])
+            goal = replay_goal(frames, stamps, [("What is in the video?", []), ("Which colour?", ["red", "blue"], "letter"),
+                                                ("Which colour is it?", ["dark red", "blue", "a green one"])])
             result, status, feedback = client.run(goal)
             assert result is not None and result.success, result and result.message
-            assert result.world_size == 2 and result.frames == 5 and len(result.answers) == 2
-            open_q, choice = result.answers
+            assert result.world_size == 2 and result.frames == 5 and len(result.answers) == 3
+            open_q, choice, likely = result.answers
             assert open_q.success and open_q.option_index == -1
             assert [time_to_ns(t) for t in open_q.evidence_stamps] == stamps and set(open_q.evidence_cameras) == {"/cam"}
             assert choice.success and choice.answer == ["red", "blue"][choice.option_index]
             np.testing.assert_allclose(choice.option_scores, oracle_option_scores(frames, "Which colour?", ["red", "blue"], 2),
                                        atol=1e-4)
+            # An empty option_scoring is the default, likelihood: scored on the two ranks' shards.
+            options = ["dark red", "blue", "a green one"]
+            assert likely.success and likely.answer == options[likely.option_index]
+            np.testing.assert_allclose(likely.option_scores,
+                                       oracle_option_scores(frames, "Which colour is it?", options, 2, "likelihood"), atol=1e-4)
             assert result.prefill_s > 0 and result.total_s >= result.encode_s + result.prefill_s
             phases = [f.phase for f in feedback]
             # feedback is a topic: the last messages may trail the result, so no exact last value

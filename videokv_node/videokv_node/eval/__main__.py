@@ -2,7 +2,7 @@
 
     python -m videokv_node.eval BAG QUESTIONS.json --out DIR [--via engine|ros] [--rate R]
         [--topics T ...] [--video-id ID] [--model tiny] [--policy rekv] [--budget-tokens N]
-        [--sample-fps F] [--param memory.retrieve_frames=4 ...] [--option-scoring letter|cloze]
+        [--sample-fps F] [--param memory.retrieve_frames=4 ...] [--option-scoring likelihood|letter|cloze]
     python -m videokv_node.eval --text-stream FRAMES.jsonl QUESTIONS.json ...   (eval/text_stream.py)
 
 Exit status: 0 when the run completed (skipped questions are listed in skipped.jsonl
@@ -22,7 +22,8 @@ USAGE_ERROR, RUN_ERROR = 2, 1
 
 def _memory_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("memory settings (the node's parameters, config/memory.yaml)")
-    g.add_argument("--model", default="tiny", help="tiny, tiny-qwen2.5-vl or a local checkpoint directory")
+    g.add_argument("--model", default="videokv-tiny",
+                   help="videokv-tiny (the node's default), tiny or tiny-qwen2.5-vl (random weights), or a local checkpoint directory")
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto")
     g.add_argument("--seed", type=int, default=0, help="seed of a tiny model's random weights")
@@ -45,8 +46,10 @@ def bag_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=0.0, help="real-time factor; 0 (default): as fast as possible")
     p.add_argument("--topics", nargs="+", help="image topics to replay (default: every image topic of the bag)")
     p.add_argument("--video-id", help="entry of the question file to use (default: the bag's name, or the only entry)")
-    p.add_argument("--option-scoring", choices=("letter", "cloze"), default="letter",
-                   help="multiple choice: option letter logits (the node's way) or cloze log-likelihood (--via engine)")
+    p.add_argument("--option-scoring", choices=("likelihood", "letter", "cloze"),
+                   help="multiple choice: likelihood (each option's text as the answer, mean log-probability per token) "
+                        "or letter (the option letters' logits), both as the node answers (sets answer.option_scoring; "
+                        "default: that parameter's value, likelihood), or cloze (summed log-probability, --via engine only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _memory_arguments(p)
     return p
@@ -58,8 +61,10 @@ def memory_parameters(args: argparse.Namespace) -> dict:
 
     params = dict(parse_param(p) for p in args.param)
     params.update(model=args.model, device=args.device, dtype=args.dtype, seed=args.seed, torch_threads=args.torch_threads)
+    scoring = getattr(args, "option_scoring", None)
     for name, value in (("memory.policy", args.policy), ("memory.budget_tokens", args.budget_tokens),
-                        ("sample_fps", args.sample_fps)):
+                        ("sample_fps", args.sample_fps),
+                        ("answer.option_scoring", scoring if scoring in ("likelihood", "letter") else None)):
         if value is not None:
             params[name] = value
     return typed_parameters(params)
@@ -73,8 +78,8 @@ def run_bag(args: argparse.Namespace) -> int:
     from videokv_node.eval.settings import engine_settings
     from videokv_node.memory.config import ConfigError
 
-    if args.via == "ros" and args.option_scoring != "letter":
-        print("error: --option-scoring cloze needs --via engine (the node scores option letters)", file=sys.stderr)
+    if args.via == "ros" and args.option_scoring == "cloze":
+        print("error: --option-scoring cloze needs --via engine (the node scores by likelihood or letter)", file=sys.stderr)
         return USAGE_ERROR
     try:
         params = memory_parameters(args)
@@ -93,7 +98,8 @@ def run_bag(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return USAGE_ERROR
         config = {"bag": str(args.bag), "questions": str(args.questions), "video_id": video.video_id, "via": args.via,
-                  "rate": args.rate, "topics": bag.topics, "option_scoring": args.option_scoring,
+                  "rate": args.rate, "topics": bag.topics,
+                  "option_scoring": args.option_scoring or settings.generation.answer.option_scoring,
                   "parameters": params, "settings": settings}
         writer = ResultWriter(args.out, config)
         target, extra, code = None, {}, 0

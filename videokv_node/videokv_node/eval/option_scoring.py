@@ -1,13 +1,16 @@
-"""Two ways to pick a multiple-choice option from memory, reported side by side.
+"""Three ways to pick a multiple-choice option from memory, reported side by side.
 
 - ``letter``: the options are listed in the prompt as "A. ...", and the option whose letter
-  has the largest logit as the first answer token wins (``VideoMemoryEngine.ask``, what the
-  node does for a request with options). Scores: softmax over the letters.
-- ``cloze``: the question is asked open, and each option's text is scored as the
-  continuation of the answer, by the sum of its tokens' log-probabilities
-  (``VideoMemoryEngine.score_continuations``: the context is assembled and the question
-  prefilled once, every option reuses that cached KV). Scores: the summed log-probabilities.
-  Why both: a 135M model barely follows the "answer with the letter" instruction (near
+  has the largest logit as the first answer token wins (``VideoMemoryEngine.ask`` with
+  ``option_scoring="letter"``). Scores: softmax over the letters.
+- ``likelihood``: the node's default (``answer.option_scoring``): the question is asked open
+  and each option's text is scored as the answer by its **mean** log-probability per token,
+  all options on one cached question context (``VideoMemoryEngine.ask`` with
+  ``option_scoring="likelihood"``). Scores: softmax of the means.
+- ``cloze``: as ``likelihood`` but by the **sum** of the option's log-probabilities
+  (``VideoMemoryEngine.score_continuations``), which favours short options; kept because
+  the earlier accuracy tables were measured with it. Scores: the summed log-probabilities.
+  Why several: a 135M model barely follows the "answer with the letter" instruction (near
   chance, issue 6), yet the likelihood of the right text still shows what it remembers.
 """
 
@@ -20,14 +23,14 @@ import torch
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Question
 
-METHODS = ("letter", "cloze")
+METHODS = ("letter", "likelihood", "cloze")
 
 
 @dataclass(frozen=True, slots=True)
 class OptionChoice:
     index: int  # the chosen option
-    scores: list[float]  # per option: letter probability (letter) or summed log-probability (cloze)
-    method: str  # letter or cloze
+    scores: list[float]  # per option: probability (letter, likelihood) or summed log-probability (cloze)
+    method: str  # letter, likelihood or cloze
     ttft_s: float  # question start -> the first scores available (letter: all of them)
     total_s: float  # question start -> every option scored
     evidence_stamps_ns: list[int]  # frames the scoring attended to, oldest first
@@ -42,8 +45,8 @@ def choose_option(engine: VideoMemoryEngine, question: str | Question, choices: 
     engine does for a question it refuses.
     """
     base = question if isinstance(question, Question) else Question(question)
-    if method == "letter":
-        answer = engine.ask(_with_options(base, list(choices)))
+    if method in ("letter", "likelihood"):
+        answer = engine.ask(_with_options(base, list(choices)), option_scoring=method)
         return OptionChoice(answer.option_index, answer.option_scores, method, answer.ttft_s, answer.total_s,
                             [e.stamp_ns for e in answer.evidence], answer.n_context_tokens)
     if method == "cloze":

@@ -28,6 +28,7 @@ from videokv_node.eval.results import QuestionResult, ResultWriter
 from videokv_node.eval.settings import EngineSettings
 from videokv_node.ingest.image_decode import ImageDecodeError
 from videokv_node.ingest.sampler import NS_PER_S, FrameSampler, SampleDecision
+from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.question import Frame, Question, RequestError
 
 # A question this much after the bag's last message is still asked (float seconds in files).
@@ -47,7 +48,7 @@ class Reply:
     evidence_ns: list[int]
     ttft_s: float
     total_s: float
-    method: str  # "letter" or "cloze" for multiple choice, "" for open questions
+    method: str  # "likelihood", "letter" or "cloze" for multiple choice, "" for open questions
 
 
 @dataclass(slots=True)
@@ -109,7 +110,7 @@ class EngineTarget:
 
     via = "engine"
 
-    def __init__(self, settings: EngineSettings, option_scoring: str = "letter") -> None:
+    def __init__(self, settings: EngineSettings, option_scoring: str | None = None) -> None:
         import torch
 
         from videokv_node.memory.engine import VideoMemoryEngine
@@ -121,8 +122,9 @@ class EngineTarget:
         self.engine = VideoMemoryEngine(adapter, settings.memory, settings.generation)
         self.counts = ReplayCounts()
         self.admission = Admission(FrameSampler(settings.sampler), self.counts)
-        self.option_scoring = option_scoring
-        self._choose = _option_chooser(option_scoring)
+        # None: the node's own way, the answer.option_scoring parameter (settings.generation).
+        self.option_scoring = option_scoring or settings.generation.answer.option_scoring
+        self._choose = _option_chooser(self.option_scoring)
         self.encode_ms: list[float] = []
         self.samples: list[tuple[int, int, int]] = []  # (stamp_ns, bytes_resident, bytes_offloaded) after each frame
 
@@ -148,11 +150,11 @@ class EngineTarget:
         try:
             if q.choices and self._choose is not None:
                 return self._choose(self.engine, question, q)
-            answer = self.engine.ask(question)
+            answer = self.engine.ask(question, option_scoring=self.option_scoring)
         except RequestError as exc:
             raise AskRefused(str(exc)) from exc
         return Reply(answer.text, answer.option_index, [e.stamp_ns for e in answer.evidence], answer.ttft_s,
-                     answer.total_s, "letter" if q.choices else "")
+                     answer.total_s, self.option_scoring if q.choices else "")
 
     def memory(self) -> MemoryState:
         s = self.engine.stats()
@@ -170,8 +172,8 @@ class EngineTarget:
 
 
 def _option_chooser(method: str):
-    """None for the engine's own letter scoring (as the node answers); else eval/option_scoring.choose_option."""
-    if method == "letter":
+    """None for the engine's own scorings (letter, likelihood: as the node answers); else eval/option_scoring.choose_option."""
+    if method in OPTION_SCORINGS:
         return None
     try:
         from videokv_node.eval.option_scoring import choose_option

@@ -16,7 +16,7 @@ from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
 
 # Node parameters the engine path needs too; every other node parameter is the ROS path's business.
-MODEL_KEYS = {"model": "tiny", "device": "auto", "dtype": "auto", "seed": 0, "torch_threads": 0}
+MODEL_KEYS = {"model": "videokv-tiny", "device": "auto", "dtype": "auto", "seed": 0, "torch_threads": 0}
 _SECTIONS = (("sample_", SamplerConfig), ("memory.", MemoryConfig), ("", GenerationConfig))
 
 

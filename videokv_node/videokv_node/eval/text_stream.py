@@ -1,7 +1,7 @@
 """``python -m videokv_node.eval --text-stream FRAMES.jsonl QUESTIONS.json``: the replay evaluation on text frames.
 
     python -m videokv_node.eval --text-stream needles-000.jsonl questions.json --out DIR \\
-        --model smollm2 --policy rekv --param memory.retrieve_frames=4 [--option-scoring letter|cloze|both]
+        --model smollm2 --policy rekv --param memory.retrieve_frames=4 [--option-scoring likelihood|letter|cloze|both|all]
 
 The same incremental evaluation as a bag replay (``replay.py``), for a causal text LM whose
 frames are short texts (``models/text_lm.py``; ``--model smollm2`` or ``tiny-text``): frames
@@ -10,8 +10,9 @@ are ingested one at a time in stamp order, each question is asked at its ``end_t
 stamp sees that frame), and nothing is re-encoded for a question. Every frame of the file
 enters memory: sampling (``--sample-fps``) is for cameras and is not applied to text.
 Results go through ``ResultWriter``, one row per question and option-scoring method
-(``--option-scoring both``, the default, writes a ``letter`` and a ``cloze`` row for each
-multiple-choice question; open questions are generated once). The entry of the question file
+(``--option-scoring both``, the default, writes a ``letter`` and a ``likelihood`` row for each
+multiple-choice question, the node's two ways; ``all`` adds ``cloze``; open questions are
+generated once). The entry of the question file
 is ``--video-id``, else the one named like the frames file (``needles-000.jsonl`` ->
 ``needles-000``), else the only one.
 """
@@ -42,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--out", type=Path, required=True, help="directory for results.csv, summary.json, plots, report.md")
     parser.add_argument("--video-id", help="entry of the question file (default: the frames file's stem, or the only entry)")
-    parser.add_argument("--option-scoring", choices=(*METHODS, "both"), default="both",
-                        help="multiple choice: option letter logits, cloze log-likelihood, or both (one row each)")
+    parser.add_argument("--option-scoring", choices=(*METHODS, "both", "all"), default="both",
+                        help="multiple choice: option letter logits, likelihood (mean log-probability per token), "
+                             "cloze (summed log-probability), both (letter and likelihood, one row each) or all")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     _memory_arguments(parser)
     parser.set_defaults(model="smollm2")
@@ -146,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
     from videokv_node.eval.settings import engine_settings
 
     frames_path, questions_path = (Path(p) for p in args.text_stream)
-    methods = METHODS if args.option_scoring == "both" else (args.option_scoring,)
+    methods = {"both": ("letter", "likelihood"), "all": METHODS}.get(args.option_scoring, (args.option_scoring,))
     try:
         params = memory_parameters(args)
         settings = engine_settings(params)

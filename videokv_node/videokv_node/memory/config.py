@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 POLICIES = ("full", "rekv", "streamkv", "hermes", "mukv")
 QUESTION_STAGES = ("none", "tgvkv")
+OPTION_SCORINGS = ("likelihood", "letter")
 GRANULARITIES = ("patch", "frame", "segment")
 
 # StreamKV's key elements of a segment (paper, "KV Compression via Guidance Prompt").
@@ -184,10 +185,27 @@ class MemoryConfig:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerConfig:
+    """How an answer is read from the model (ROS parameters ``answer.*``)."""
+
+    # How a multiple-choice question picks its option (VideoMemoryEngine.ask):
+    # likelihood: each option's text scored as the answer to the open question, by its mean
+    #   log-probability per token, on one cached question context; scores = softmax of those means.
+    # letter: the options listed as "A. ..." in the prompt, scores = softmax of the letters' logits
+    #   (what instruction-following Video-LLMs are evaluated with; videokv-tiny v2 read it at chance).
+    option_scoring: str = "likelihood"
+
+    def __post_init__(self) -> None:
+        if self.option_scoring not in OPTION_SCORINGS:
+            raise ConfigError(f"answer.option_scoring must be one of {OPTION_SCORINGS}, got {self.option_scoring!r}")
+
+
 @dataclass(slots=True)
 class GenerationConfig:
     max_new_tokens: int = 64  # default answer length when a request gives 0
     max_new_tokens_limit: int = 1024  # a request asking for more is refused
+    answer: AnswerConfig = field(default_factory=AnswerConfig)  # ROS parameters answer.*
 
     def __post_init__(self) -> None:
         if not 0 < self.max_new_tokens <= self.max_new_tokens_limit:

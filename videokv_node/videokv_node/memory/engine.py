@@ -23,7 +23,7 @@ from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
@@ -223,8 +223,12 @@ class VideoMemoryEngine:
         return torch.stack([capture.all(layer) for layer in range(geo.n_layers)])
 
     # --- questions --------------------------------------------------------
-    def validate(self, question: Question) -> list[int]:
-        """Refuse a malformed question before any work; returns its token ids."""
+    def validate(self, question: Question, list_options: bool = True) -> list[int]:
+        """Refuse a malformed question before any work; returns its token ids.
+
+        ``list_options``: the options are listed in the prompt (letter scoring); False: the
+        question is asked open and its options are scored as answers (likelihood scoring).
+        """
         if not question.text.strip():
             raise RequestError("question is empty")
         if any(not opt.strip() for opt in question.options):
@@ -241,7 +245,7 @@ class VideoMemoryEngine:
             raise RequestError("max_new_tokens must not be negative")
         if question.max_new_tokens > self.generation.max_new_tokens_limit:
             raise RequestError(f"max_new_tokens {question.max_new_tokens} exceeds the limit {self.generation.max_new_tokens_limit}")
-        ids = self.adapter.question_ids(question.text, question.options)
+        ids = self.adapter.question_ids(question.text, question.options if list_options else [])
         if len(ids) > self.config.max_question_tokens:
             raise RequestError(
                 f"question is {len(ids)} tokens, longer than the limit of {self.config.max_question_tokens} (memory.max_question_tokens)"
@@ -265,8 +269,19 @@ class VideoMemoryEngine:
         return all(s >= question.since_ns and (until is None or s <= until) for s in stamps)
 
     @torch.inference_mode()
-    def ask(self, question: Question, on_token=None) -> Answer:
-        """Answer from memory. ``on_token(text_so_far)`` is called per generated token if given."""
+    def ask(self, question: Question, on_token=None, option_scoring: str | None = None) -> Answer:
+        """Answer from memory. ``on_token(text_so_far)`` is called per generated token if given.
+
+        A multiple-choice question is scored by ``option_scoring`` (None: the config's
+        ``answer.option_scoring``): ``likelihood`` (``_ask_by_likelihood``) or ``letter`` (the
+        options listed in the prompt, the letters' logits read from the prefill). Either way no
+        text is generated and ``ttft_s`` is the time to the scores.
+        """
+        scoring = option_scoring or self.generation.answer.option_scoring
+        if scoring not in OPTION_SCORINGS:
+            raise RequestError(f"unknown option scoring {scoring!r}; use one of {OPTION_SCORINGS}")
+        if question.options and scoring == "likelihood":
+            return self._ask_by_likelihood(question, on_token)
         t0 = time.perf_counter()
         ids = self.validate(question)
         max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
@@ -287,6 +302,29 @@ class VideoMemoryEngine:
             index, scores = -1, []
         return Answer(text, index, scores, self._evidence(chosen), ttft, time.perf_counter() - t0, self._context_len)
 
+    def _ask_by_likelihood(self, question: Question, on_token=None) -> Answer:
+        """Multiple choice by the likelihood of each option's text as the answer.
+
+        The question is asked open (its options are not listed in the prompt) and every option
+        is scored as the answer's continuation on the one cached question context
+        (``_continuation_logprobs``). Options of different token lengths are made comparable by
+        the **mean** log-probability per token: a sum would favour the shortest option (every
+        extra token only adds a negative term), whatever the memory says. ``option_scores`` is
+        the softmax of the means (sums to 1); ties go to the first option. Every option must
+        also fit ``memory.max_question_tokens`` on its own, else RequestError.
+        """
+        t0 = time.perf_counter()
+        self.validate(question, list_options=False)
+        open_question = dataclasses.replace(question, options=[])
+        per_token, chosen = self._continuation_logprobs(open_question, list(question.options))
+        means = torch.tensor([sum(lp) / len(lp) for lp in per_token], dtype=torch.float64)
+        probs = torch.softmax(means, dim=0)
+        index = int(torch.argmax(probs))
+        if on_token:
+            on_token(question.options[index])
+        total = time.perf_counter() - t0
+        return Answer(question.options[index], index, probs.tolist(), self._evidence(chosen), total, total, self._context_len)
+
     @torch.inference_mode()
     def score_continuations(self, question: Question, continuations: list[str]) -> Continuations:
         """Summed log-probability of each continuation's tokens as the answer to the open ``question``.
@@ -300,25 +338,48 @@ class VideoMemoryEngine:
         t0 = time.perf_counter()
         if question.options:
             raise RequestError("score_continuations takes the options as continuations; question.options must be empty")
+        ttft: list[float] = []
+        per_token, chosen = self._continuation_logprobs(question, continuations, lambda: ttft.append(time.perf_counter() - t0))
+        return Continuations([sum(lp) for lp in per_token], self._evidence(chosen), ttft[0], time.perf_counter() - t0,
+                             self._context_len, [len(lp) for lp in per_token])
+
+    @torch.inference_mode()
+    def _continuation_logprobs(self, question: Question, continuations: list[str], prefilled=None):
+        """Per continuation, the log-probability (natural log) of each of its tokens as the answer
+        to the open ``question``, and the blocks attended to by id.
+
+        One context assembly and one question prefill (then the question stage, as before
+        decoding); each continuation is fed token by token on that cache, cut back to it after
+        each one, so the continuations never see each other. ``prefilled()`` is called once the
+        question is prefilled. Refuses (RequestError) an empty continuation or one longer than
+        ``memory.max_question_tokens``.
+        """
         if not continuations or any(not c.strip() for c in continuations):
             raise RequestError("continuations must be non-empty strings, at least one")
         ids = self.validate(question)
         tokens = [self.adapter.text_ids(c) for c in continuations]
+        for text, cont in zip(continuations, tokens):
+            if len(cont) > self.config.max_question_tokens:
+                raise RequestError(
+                    f"option {text[:40]!r} is {len(cont)} tokens, longer than the limit of "
+                    f"{self.config.max_question_tokens} (memory.max_question_tokens)"
+                )
         logits, cache, chosen, next_pos = self._prefill(question, ids, max(map(len, tokens)), self.question_stage)
-        ttft = time.perf_counter() - t0
-        scores = []
+        if prefilled is not None:
+            prefilled()
+        per_token = []
         for cont in tokens:
-            step_logits, total, pos = logits, 0.0, next_pos + len(ids)
+            step_logits, pos, lps = logits, next_pos + len(ids), []
             for i, token in enumerate(cont):
-                total += float(torch.log_softmax(step_logits.double(), dim=0)[token])
+                lps.append(float(torch.log_softmax(step_logits.double(), dim=0)[token]))
                 if i + 1 < len(cont):  # the last token's successor is never needed
                     embeds = self.adapter.embed_tokens([token])  # (1, 1, hidden)
                     step_logits = self.adapter.forward(embeds, self.adapter.text_positions(pos, 1), cache)
                     pos += 1
             for layer in cache.layers:
                 layer.crop(-(len(cont) - 1))  # back to the question's context (crop(0) is a no-op)
-            scores.append(total)
-        return Continuations(scores, self._evidence(chosen), ttft, time.perf_counter() - t0, self._context_len)
+            per_token.append(lps)
+        return per_token, chosen
 
     def _prefill(self, question: Question, ids: list[int], max_new: int, stage):
         """Assemble the question's context and prefill its ``ids`` on it, then run ``stage`` (if any).

@@ -54,3 +54,4 @@ class Continuations:
     ttft_s: float  # question start -> context assembled and question prefilled
     total_s: float  # question start -> every continuation scored
     n_context_tokens: int  # as Answer.n_context_tokens
+    n_tokens: list[int] = field(default_factory=list)  # per continuation, its number of tokens

@@ -45,7 +45,8 @@ def goal_to_job(goal) -> ReplayJob:
         stamps = [time_to_ns(m.header.stamp) for m in goal.frames]
         cameras = list(goal.frame_cameras) or [""] * len(frames)
     questions = [ReplayQuestion(q.question, tuple(q.options), tuple(q.cameras), time_to_ns(q.since),
-                                time_to_ns(q.until), int(q.max_new_tokens)) for q in goal.questions]
+                                time_to_ns(q.until), int(q.max_new_tokens), q.option_scoring or "likelihood")
+                 for q in goal.questions]
     return ReplayJob(frames, stamps, cameras, questions)
 
 

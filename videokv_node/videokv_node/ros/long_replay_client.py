@@ -102,8 +102,11 @@ class LongReplayClient:
         since = time_to_ns(request.since)
         return bool(getattr(request, "long_replay", False)) or (since > 0 and (oldest_in_memory_ns == 0 or since < oldest_in_memory_ns))
 
-    def try_answer(self, request, response, resolve_camera) -> tuple[bool, str]:
+    def try_answer(self, request, response, resolve_camera, option_scoring: str = "likelihood") -> tuple[bool, str]:
         """Fill ``response`` (AskVideo response or action result) from the service.
+
+        ``option_scoring`` (the node's ``answer.option_scoring``) goes with the question, so a
+        multiple-choice answer is scored the same way by the service as from memory.
 
         Returns (True, "") when the response is filled (success or a failure with
         its reason), or (False, note) when the node should answer from memory
@@ -117,7 +120,8 @@ class LongReplayClient:
             return False, "no archived frame in the question's window for the long-replay service: answered from memory"
         goal = LongReplay.Goal(questions=[ReplayQuestion(
             question=request.question, options=list(request.options), cameras=cameras,
-            since=request.since, until=request.until, max_new_tokens=request.max_new_tokens)])
+            since=request.since, until=request.until, max_new_tokens=request.max_new_tokens,
+            option_scoring=option_scoring)])
         for camera, stamp, rgb in frames:
             msg = Image(**encode_raw_image(rgb, "rgb8"))
             msg.header.stamp = ns_to_time(stamp)

@@ -351,7 +351,8 @@ class VideoKVMixin:
         long_replay, engine = self._long_replay, self.engine  # locals: a deactivation may clear them meanwhile
         if long_replay is None or engine is None or not long_replay.wants(request, engine.stats().oldest_stamp_ns):
             return False, ""
-        handled, note = long_replay.try_answer(request, response, self._resolve_camera)
+        handled, note = long_replay.try_answer(request, response, self._resolve_camera,
+                                               self.settings.generation.answer.option_scoring)
         if handled:
             self._count("answered" if response.success else "failed")
         return handled, note

@@ -25,7 +25,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from videokv_node.ingest.sampler import SamplerConfig
-from videokv_node.memory.config import POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.config import OPTION_SCORINGS, POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.vision.config import BACKENDS, PRECISIONS, REBUILD_MODES, VisionConfig
 
 QOS_PROFILES = ("sensor_data", "reliable", "system_default")
@@ -37,7 +37,7 @@ class NodeSettings:
     """What the node itself uses (the rest goes to the library's configs)."""
 
     lifecycle: bool = False  # start as a managed (lifecycle) node, unconfigured; read before the node is made
-    model: str = "tiny"  # 'tiny', 'tiny-qwen2.5-vl', 'videokv-tiny' or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory
+    model: str = "videokv-tiny"  # 'videokv-tiny' (self-trained, the default), 'tiny', 'tiny-qwen2.5-vl' (random weights) or a local checkpoint directory
     device: str = "auto"  # auto, cpu, cuda:N
     dtype: str = "auto"  # auto, float32, float16, bfloat16
     seed: int = 0  # seed of the tiny model's random weights
@@ -111,7 +111,7 @@ class Settings:
 # generation limits on the model thread between two frames (a smaller budget evicts at once),
 # the health monitor's thresholds under its lock, the diagnostics timer's period by rcl.
 RUNTIME = frozenset({
-    "sample_fps", "sample_tolerance_s", "question_timeout_s", "max_new_tokens", "max_new_tokens_limit",
+    "sample_fps", "sample_tolerance_s", "question_timeout_s", "max_new_tokens", "max_new_tokens_limit", "answer.option_scoring",
     "memory.budget_tokens", "memory.max_question_tokens", "memory.retrieve_frames",
     "diagnostics_period_s", "diagnostics_silence_warn_s", "diagnostics_silence_error_s", "diagnostics_drop_warn_ratio",
 })
@@ -202,6 +202,7 @@ _DESCRIPTIONS = {
     "spava.archive_quality": "JPEG quality of the frame archive, 1..100",
     "spava.max_send_frames": "frames per LongReplay goal at most, evenly spaced over the question's window",
     "max_new_tokens_limit": "requests asking for more tokens are refused",
+    "answer.option_scoring": f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token, softmax; letter: the option letters' logits)",
 }
 
 # (Settings field, name prefix, dataclass): a ROS name is prefix + field, unless the field

@@ -60,6 +60,30 @@ class _Runner:
         return ids
 
 
+    @torch.inference_mode()
+    def score_continuations(self, first_logits: torch.Tensor, embed, continuations: list[list[int]]) -> list[list[float]]:
+        """log p of each token of each continuation as the answer after the prefill (natural log).
+
+        Each continuation is fed token by token through ``decode`` (every rank in lockstep: the
+        tokens are given, so no choice is broadcast), then the cache and the next position are
+        cut back to the prefill's, so the continuations never see each other.
+        """
+        start, kept = self.next_position, self.cache.get_seq_length()
+        out = []
+        for cont in continuations:
+            logits, lps = first_logits, []
+            for i, token in enumerate(cont):
+                lps.append(float(torch.log_softmax(logits.double(), dim=0)[token]))
+                if i + 1 < len(cont):  # the last token's successor is never needed
+                    logits = self.decode(embed([token]))
+            extra = self.cache.get_seq_length() - kept  # a rank that kept the steps' KV drops it; the others kept none
+            if extra:
+                self.cache.crop(-extra)  # transformers 5: a negative count removes that many tokens
+            self.next_position = start
+            out.append(lps)
+        return out
+
+
 class OracleRunner(_Runner):
     """The single-process reference: the whole sequence under the structured mask, exact decoding."""
 

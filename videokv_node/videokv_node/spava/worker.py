@@ -114,11 +114,16 @@ class ReplayWorker:
         if not idx:
             return ReplayAnswer(False, "no frame of the replay lies in the question's window and cameras")
         a = self.adapter
+        by_likelihood = bool(q.options) and q.option_scoring == "likelihood"
         try:
-            q_ids = a.question_ids(q.question, list(q.options))
-            letters = a.option_token_ids(len(q.options)) if q.options else []
+            # Likelihood: the question asked open, each option's text scored as its answer.
+            q_ids = a.question_ids(q.question, [] if by_likelihood else list(q.options))
+            letters = a.option_token_ids(len(q.options)) if q.options and not by_likelihood else []
+            option_ids = [a.text_ids(o) for o in q.options] if by_likelihood else []
         except ValueError as exc:
             return ReplayAnswer(False, str(exc))
+        if any(not ids for ids in option_ids):
+            return ReplayAnswer(False, "options must not be empty strings")
         video = frames[idx].reshape(1, -1, frames.shape[-1])  # (1, F * T, hidden)
         embeds = torch.cat([a.embed_tokens(a.prefix_ids()), video.to(a.geometry.dtype), a.embed_tokens(q_ids)], dim=1)
         t0 = time.monotonic()
@@ -128,7 +133,16 @@ class ReplayWorker:
         ans = ReplayAnswer(True, evidence_stamps_ns=[job.stamps_ns[i] for i in idx],
                            evidence_cameras=[job.cameras[i] for i in idx], ttft_s=ttft)
         t0 = time.monotonic()
-        if q.options:
+        if by_likelihood:
+            # As the engine's likelihood scoring (memory/engine.py _ask_by_likelihood): options of
+            # different lengths compared by the mean log-probability per token; scores = softmax.
+            per_token = self.runner.score_continuations(logits, a.embed_tokens, option_ids)
+            probs = torch.softmax(torch.tensor([sum(lp) / len(lp) for lp in per_token], dtype=torch.float64), dim=0)
+            ans.option_index = int(probs.argmax())
+            ans.option_scores = [float(p) for p in probs]
+            ans.answer = q.options[ans.option_index]
+            ans.ttft_s = time.monotonic() - start  # multiple choice: the time to the scores
+        elif q.options:
             probs = torch.softmax(logits[letters].float(), dim=0)
             ans.option_index = int(probs.argmax())
             ans.option_scores = [float(p) for p in probs]
