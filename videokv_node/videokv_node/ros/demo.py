@@ -69,8 +69,22 @@ def wait_ingested(client: MemoryClient, expected: int) -> None:
           f"{stats.tokens_resident} tokens resident on the device, {stats.tokens_offloaded} offloaded")
 
 
+def story_options(question: str, answer: str) -> list[str]:
+    """The multiple-choice options of a story question: every value of its answer's kind, in a fixed order
+    (a motion question: left or right)."""
+    from videokv_node.models.tiny_vlm_scenes import COLOURS, COLUMNS, COUNT_WORDS, DIGITS, SHAPES
+
+    if "move" in question.lower():
+        return ["left", "right"]
+    for kind in (list(COLOURS), list(SHAPES), list(COLUMNS), list(COUNT_WORDS[1:]), list(DIGITS[1:])):
+        if answer in kind:
+            return kind
+    raise ValueError(f"no option set holds the story answer {answer!r}")
+
+
 def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample_fps: float, t0_ns: int, env: dict) -> bool:
-    """videokv-tiny: publish the story, then ask each segment's question over its own time window."""
+    """videokv-tiny: publish the story, then ask each segment's question over its own time window,
+    open and then as multiple choice (scored as the node is configured: answer.option_scoring)."""
     from videokv_node.models.tiny_vlm_scenes import caption, normalise_answer
     from videokv_node.models.tiny_vlm_story import Story
 
@@ -80,17 +94,25 @@ def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample
     if not publish(topic, fps, t0_ns, env, ["--story"]):
         return False
     wait_ingested(client, int(len(story) / fps * sample_fps))
-    ok, right = True, 0
+    ok, right, right_mc = True, 0, 0
     for k, seg in enumerate(story.segments):
         since, until = story.window(k, t0_ns)
         what = ", ".join(" and ".join(x.name for x in s.shapes) if len(s.shapes) > 1 else caption(s) for s in seg.scenes)
+        label = f"{(since - t0_ns) / NS:.1f}-{(until - t0_ns) / NS:.2f}s (showing {what}): {seg.question!r}"
         resp = client.ask(seg.question, max_new_tokens=6, since_ns=since, until_ns=until)
-        ok &= show(f"{(since - t0_ns) / NS:.1f}-{(until - t0_ns) / NS:.2f}s (showing {what}): {seg.question!r}", resp, t0_ns)
+        ok &= show(label, resp, t0_ns)
         if resp.success:
             hit = normalise_answer(resp.answer) == normalise_answer(seg.answer)
             right += hit
             print(f"    expected {seg.answer!r}: {'RIGHT' if hit else 'WRONG'}")
-    print(f"\n{right} of {len(story.segments)} answers right")
+        options = story_options(seg.question, seg.answer)
+        resp = client.ask(seg.question, options=options, since_ns=since, until_ns=until)
+        ok &= show(label + f" as multiple choice {options}", resp, t0_ns)
+        if resp.success:
+            hit = resp.option_index == options.index(seg.answer)
+            right_mc += hit
+            print(f"    expected {seg.answer!r}: {'RIGHT' if hit else 'WRONG'}")
+    print(f"\n{right} of {len(story.segments)} open answers right, {right_mc} of {len(story.segments)} multiple-choice answers right")
     return ok
 
 
