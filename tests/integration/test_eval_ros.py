@@ -2,7 +2,7 @@
 
 The bag has two cameras (raw Image and CompressedImage), an unstamped frame, an
 undecodable frame, more frames than are sampled, and questions between frames,
-at a frame's exact time, open and multiple-choice, and after the end of the bag.
+at a frame's exact time, open and multiple-choice, and after the end of the bag (answered from the whole bag).
 """
 
 from __future__ import annotations
@@ -74,7 +74,10 @@ def test_ros_replay_gives_the_engine_replays_answers(ros, tmp_path):
                            settle_timeout_s=120, log_path=tmp_path / "node.log")
     ros_rows, ros_summary = run(ros_target, tmp_path / "bag", tmp_path / "ros")
 
-    assert len(engine_rows.rows) == 4 and [s["stream_time_s"] for s in ros_summary["skipped"]] == [30.0]
+    # The question at 30 s, after the bag's last frame (6 s), is answered from the whole bag, not skipped.
+    assert len(engine_rows.rows) == 5 and ros_summary["skipped"] == [] and engine_summary["skipped"] == []
+    assert engine_rows.rows[-1].stream_time_s == 30.0
+    assert engine_rows.rows[-1].frames_in_memory == engine_summary["bag"]["frames_admitted"]  # every frame sampled
     assert engine_summary["bag"] == ros_summary["bag"]
     assert engine_summary["bag"]["frames_dropped"] == 1 == ros_summary["node_frames_dropped"]
     assert engine_summary["peak_bytes_offloaded"] > 0  # the budget made rekv offload: not a trivial memory

@@ -49,15 +49,18 @@ def test_a_question_mid_stream_sees_only_the_frames_before_it(tmp_path, inputs):
     frames, questions = inputs
     data = json.loads(questions.read_text())
     data[0]["conversations"][0]["end_time"] = 6.0  # frames every 2 s: frames at 2, 4, 6 s
-    data[0]["conversations"].append(dict(data[0]["conversations"][1], end_time=99.0))
+    data[0]["conversations"].append(dict(data[0]["conversations"][1], end_time=99.0))  # after the last frame
+    data[0]["conversations"].append(dict(data[0]["conversations"][1], end_time=1.0))  # before the first (2 s)
     questions.write_text(json.dumps(data))
     out = tmp_path / "out"
     assert main(["--text-stream", str(frames), str(questions), "--out", str(out), "--option-scoring", "cloze", *ARGS]) == 0
-    first = rows(out)[0]
+    got = rows(out)
+    first = got[0]
     assert first["frames_in_memory"] == "3" and first["stream_time_s"] == "6.000000"
     assert max(float(s) for s in first["evidence_stamps"].split()) == 6.0
+    assert got[-1]["stream_time_s"] == "99.000000" and got[-1]["frames_in_memory"] == "8"  # the whole stream answers
     skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
-    assert len(skipped) == 1 and "after the stream's last frame" in skipped[0]["reason"]
+    assert len(skipped) == 1 and "before the stream's first frame" in skipped[0]["reason"]
 
 
 def test_bad_inputs_are_refused_before_anything_runs(tmp_path, inputs, capsys):

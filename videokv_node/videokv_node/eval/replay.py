@@ -246,26 +246,32 @@ def replay(bag: ImageBag, video: VideoQuestions, target, writer: ResultWriter, r
     """Stream ``bag`` into ``target``, asking ``video``'s questions at their end_time; rows go to ``writer``.
 
     Time 0 of the question file is the bag's start. A question exactly at a frame's bag
-    time sees that frame. Questions after the bag's end, refused questions and the
-    questions left when the bag turns out unreadable part-way are skipped with the
-    reason (skipped.jsonl); rows already written stay. Returns what happened, for the summary.
+    time sees that frame. A question asked after the bag's last frame (ReKV's and
+    StreamingBench's files ask at the end of a video) is answered from the whole bag; a
+    question before the first image, refused questions and the questions left when the bag
+    turns out unreadable part-way are skipped with the reason (skipped.jsonl); rows already
+    written stay. Returns what happened, for the summary.
     """
     origin = bag.start_ns
     end_s = (bag.end_ns - 1 - origin) / NS_PER_S  # rosbags' end_time is one past the last message
     pending = list(video.questions)
-    late = [q for q in pending if q.end_time > end_s + END_SLACK_S]
-    pending = [q for q in pending if q.end_time <= end_s + END_SLACK_S]
     pacer = Pacer(rate)
     error = None
+    first_s = None  # bag time of the first image
     bar = tqdm(total=bag.message_count(), unit="msg", desc=f"{video.video_id} via {target.via}", disable=not progress)
     try:
         for image in bag.images():
             t = (image.bag_time_ns - origin) / NS_PER_S
             while pending and pending[0].end_time < t:
                 q = pending.pop(0)
+                if first_s is None:
+                    writer.skip(video.video_id, q.question, f"asked at {q.end_time:.3f} s, before the bag's first image "
+                                f"({t:.3f} s): nothing to answer from", q.end_time)
+                    continue
                 pacer.wait_until(q.end_time)
                 _ask(target, video.video_id, q, writer)
                 pacer.resume(q.end_time)
+            first_s = t if first_s is None else first_s
             pacer.wait_until(t)
             target.offer(image)
             bar.update(1)
@@ -276,13 +282,13 @@ def replay(bag: ImageBag, video: VideoQuestions, target, writer: ResultWriter, r
         pending = []
     finally:
         bar.close()
-    for q in pending:
-        pacer.wait_until(q.end_time)
+    for q in pending:  # at or after the last image: the whole bag is in memory (nothing is waited for past its end)
+        if first_s is None:
+            writer.skip(video.video_id, q.question, "the bag has no image: nothing to answer from", q.end_time)
+            continue
+        pacer.wait_until(min(q.end_time, end_s))
         _ask(target, video.video_id, q, writer)
-        pacer.resume(q.end_time)
-    for q in late:
-        writer.skip(video.video_id, q.question, f"asked at {q.end_time:.3f} s, after the end of the bag ({end_s:.3f} s)",
-                    q.end_time)
+        pacer.resume(min(q.end_time, end_s))
     counts = target.counts
     return {
         "bag": {"path": str(bag.path), "name": bag.name, "topics": bag.topics, "duration_s": end_s,

@@ -114,8 +114,9 @@ def evaluate(frames: list[TextFrameRecord], video, target: TextTarget, writer: R
     """Ingest ``frames`` in order, asking ``video``'s questions at their end_time with each method."""
     pending = list(video.questions)  # in end_time order (load_questions guarantees it)
     end_s = frames[-1].stamp_s
-    late = [q for q in pending if q.end_time > end_s + END_SLACK_S]
-    pending = [q for q in pending if q.end_time <= end_s + END_SLACK_S]
+    # Before the first frame there is nothing to answer from; after the last, the whole stream answers.
+    early = [q for q in pending if q.end_time < frames[0].stamp_s - END_SLACK_S]
+    pending = [q for q in pending if q.end_time >= frames[0].stamp_s - END_SLACK_S]
 
     def ask(q: EvalQuestion) -> None:
         for method in (methods if q.choices else methods[:1]):
@@ -131,9 +132,9 @@ def evaluate(frames: list[TextFrameRecord], video, target: TextTarget, writer: R
         writer.add_memory_sample(frame.stamp_s, s.bytes_resident, s.bytes_offloaded)
     for q in pending:
         ask(q)
-    for q in late:
-        writer.skip(video.video_id, q.question, f"asked at {q.end_time:.3f} s, after the stream's last frame ({end_s:.3f} s)",
-                    q.end_time)
+    for q in early:
+        writer.skip(video.video_id, q.question, f"asked at {q.end_time:.3f} s, before the stream's first frame "
+                    f"({frames[0].stamp_s:.3f} s): nothing to answer from", q.end_time)
     per_method = {}
     for m in methods:
         judged = [r for r in writer.rows if r.method == m and r.correct is not None]
