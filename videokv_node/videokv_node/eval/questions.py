@@ -1,7 +1,8 @@
 """The question files of streaming video QA: ReKV's and StreamKV's annotation schema.
 
 A JSON list of videos, each ``{video_id, duration?, conversations: [...]}``; a
-conversation is ``{question, choices?, answer, end_time, start_time?, question_type?}``.
+conversation is ``{question, choices?, answer, end_time, start_time?, question_type?,
+evidence_stamps?}`` (``evidence_stamps``: the ground-truth frames' times, for needle recall).
 ``end_time`` (seconds from the start of the stream) is when the question is asked;
 ``choices`` make it multiple-choice, and its ``answer`` is then an option letter
 ("B", "(B)", "B.") or the text of an option (with or without its "B. " prefix).
@@ -41,6 +42,7 @@ class EvalQuestion:
     end_time: float  # seconds from the stream's start at which the question is asked
     start_time: float | None = None  # start of the span the question is about (informational)
     question_type: str = ""  # category for per-type accuracy ("" when the file has none)
+    evidence_stamps: tuple[float, ...] = ()  # ground truth: stream times (s) of the frames holding the answer (eval/recall.py)
 
     def answer_index(self) -> int | None:
         """The index of the correct choice; None for an open question (or an answer naming no choice)."""
@@ -110,7 +112,12 @@ def _question(entry, where: str) -> EvalQuestion:
     qtype = entry.get("question_type", "") or ""
     if not isinstance(qtype, str):
         raise QuestionFileError(f"{where}: 'question_type' must be a string, got {qtype!r}")
-    q = EvalQuestion(text.strip(), tuple(strip_choice_prefixes(raw_choices)), answer.strip(), end, start, qtype.strip())
+    raw_evidence = entry.get("evidence_stamps") or []
+    if not isinstance(raw_evidence, list):
+        raise QuestionFileError(f"{where}: 'evidence_stamps' must be a list of seconds, got {raw_evidence!r}")
+    evidence = tuple(_number(v, where, "evidence_stamps[]", required=True) for v in raw_evidence)
+    q = EvalQuestion(text.strip(), tuple(strip_choice_prefixes(raw_choices)), answer.strip(), end, start, qtype.strip(),
+                     evidence)
     if q.choices and q.answer_index() is None:
         raise QuestionFileError(f"{where}: answer {answer!r} is neither an option letter nor the text of one of {list(q.choices)}")
     return q

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from videokv_node.eval.bag_io import BagError, BagImage, ImageBag
 from videokv_node.eval.questions import EvalQuestion, VideoQuestions
+from videokv_node.eval.recall import needle_recall
 from videokv_node.eval.results import QuestionResult, ResultWriter
 from videokv_node.eval.settings import EngineSettings
 from videokv_node.ingest.image_decode import ImageDecodeError
@@ -49,6 +50,7 @@ class Reply:
     ttft_s: float
     total_s: float
     method: str  # "likelihood", "letter" or "cloze" for multiple choice, "" for open questions
+    layer_evidence_ns: list[list[int]] | None = None  # per layer, the frames it attended to; None where unseen (ROS)
 
 
 @dataclass(slots=True)
@@ -154,7 +156,7 @@ class EngineTarget:
         except RequestError as exc:
             raise AskRefused(str(exc)) from exc
         return Reply(answer.text, answer.option_index, [e.stamp_ns for e in answer.evidence], answer.ttft_s,
-                     answer.total_s, self.option_scoring if q.choices else "")
+                     answer.total_s, self.option_scoring if q.choices else "", self.engine.last_layer_stamps)
 
     def memory(self) -> MemoryState:
         s = self.engine.stats()
@@ -182,7 +184,8 @@ def _option_chooser(method: str):
 
     def choose(engine, question: Question, q: EvalQuestion) -> Reply:
         c = choose_option(engine, question, list(q.choices), method)
-        return Reply(q.choices[c.index], c.index, list(c.evidence_stamps_ns), c.ttft_s, c.total_s, c.method)
+        return Reply(q.choices[c.index], c.index, list(c.evidence_stamps_ns), c.ttft_s, c.total_s, c.method,
+                     engine.last_layer_stamps)
 
     return choose
 
@@ -212,7 +215,8 @@ class Pacer:
         self._wall, self._stream = time.monotonic(), stream_s
 
 
-def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter) -> None:
+def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter, origin_ns: int = 0) -> None:
+    """Ask ``q`` and write its row; ``origin_ns`` is the stamp of stream time 0 (the needle stamps' origin)."""
     target.settle()  # every frame admitted before the question is in memory
     state = target.memory()
     try:
@@ -225,6 +229,8 @@ def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter) -> None:
         correct = reply.option_index == expected
     else:
         correct = _normalise(reply.prediction) == _normalise(q.answer)
+    needles = [origin_ns + round(s * NS_PER_S) for s in q.evidence_stamps]
+    recall, recall_layers = needle_recall(needles, reply.evidence_ns, reply.layer_evidence_ns)
     writer.add(QuestionResult(
         video_id=video_id, question=q.question, answer=q.answer, prediction=reply.prediction,
         option_index=reply.option_index, correct=correct, ttft_s=reply.ttft_s, total_s=reply.total_s,
@@ -232,6 +238,7 @@ def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter) -> None:
         tokens_resident=state.tokens_resident, bytes_resident=state.bytes_resident,
         bytes_offloaded=state.bytes_offloaded, evidence_stamps=list(reply.evidence_ns),
         question_type=q.question_type, stream_time_s=q.end_time, method=reply.method,
+        needle_recall=recall, needle_recall_layers=recall_layers,
     ))
 
 
@@ -269,7 +276,7 @@ def replay(bag: ImageBag, video: VideoQuestions, target, writer: ResultWriter, r
                                 f"({t:.3f} s): nothing to answer from", q.end_time)
                     continue
                 pacer.wait_until(q.end_time)
-                _ask(target, video.video_id, q, writer)
+                _ask(target, video.video_id, q, writer, origin)
                 pacer.resume(q.end_time)
             first_s = t if first_s is None else first_s
             pacer.wait_until(t)
@@ -287,7 +294,7 @@ def replay(bag: ImageBag, video: VideoQuestions, target, writer: ResultWriter, r
             writer.skip(video.video_id, q.question, "the bag has no image: nothing to answer from", q.end_time)
             continue
         pacer.wait_until(min(q.end_time, end_s))
-        _ask(target, video.video_id, q, writer)
+        _ask(target, video.video_id, q, writer, origin)
         pacer.resume(min(q.end_time, end_s))
     counts = target.counts
     return {

@@ -25,7 +25,7 @@ COLUMNS = (
     "video_id", "question", "answer", "prediction", "option_index", "correct", "ttft_s", "total_s",
     "encode_ms_total", "frames_in_memory", "tokens_resident", "bytes_resident", "bytes_offloaded", "evidence_stamps",
 )
-EXTRA_COLUMNS = ("question_type", "stream_time_s", "method")
+EXTRA_COLUMNS = ("question_type", "stream_time_s", "method", "needle_recall", "needle_recall_layers")
 
 
 @dataclass(slots=True)
@@ -48,7 +48,9 @@ class QuestionResult:
     evidence_stamps: list[int] = field(default_factory=list)  # header stamps (ns) the answer attended to
     question_type: str = ""
     stream_time_s: float = 0.0  # when the question was asked, seconds from the stream's start
-    method: str = ""  # how options were scored ("letter", "cloze"); "" for open questions
+    method: str = ""  # how options were scored ("likelihood", "letter", "cloze"); "" for open questions
+    needle_recall: float | None = None  # share of the ground-truth frames attended in any layer (eval/recall.py); None: no ground truth
+    needle_recall_layers: float | None = None  # mean per-layer share; None: no ground truth or per-layer choice unseen
 
     def csv_row(self) -> list[str]:
         values = dataclasses.asdict(self)
@@ -56,6 +58,8 @@ class QuestionResult:
         values["correct"] = "" if self.correct is None else str(int(self.correct))
         for key in ("ttft_s", "total_s", "stream_time_s"):
             values[key] = f"{values[key]:.6f}"
+        for key in ("needle_recall", "needle_recall_layers"):
+            values[key] = "" if values[key] is None else f"{values[key]:.4f}"
         values["encode_ms_total"] = f"{self.encode_ms_total:.3f}"
         return [str(values[c]) for c in COLUMNS + EXTRA_COLUMNS]
 
@@ -144,6 +148,7 @@ class ResultWriter:
             "questions_judged": len(judged),
             "accuracy": (sum(bool(r.correct) for r in judged) / len(judged)) if judged else None,
             "accuracy_per_question_type": {t: {"accuracy": sum(v) / len(v), "n": len(v)} for t, v in sorted(types.items())},
+            "needle_recall": _recall_summary(self.rows),
             "ttft_s": _percentiles([r.ttft_s for r in self.rows]),
             "total_s": _percentiles([r.total_s for r in self.rows]),
             "ingest_ms_per_frame": _percentiles(self.ingest_ms),
@@ -216,6 +221,20 @@ class ResultWriter:
         fig.savefig(self.out_dir / name, dpi=100)
         plt.close(fig)
         return name, title
+
+
+def _recall_summary(rows: list[QuestionResult]) -> dict:
+    """Over the questions with ground-truth frames: how many had every needle frame attended (any
+    layer), the mean recall, and the mean per-layer recall where known."""
+    with_gt = [r for r in rows if r.needle_recall is not None]
+    layers = [r.needle_recall_layers for r in with_gt if r.needle_recall_layers is not None]
+    return {
+        "n": len(with_gt),
+        "all_needles_attended": sum(r.needle_recall == 1.0 for r in with_gt),
+        "mean": sum(r.needle_recall for r in with_gt) / len(with_gt) if with_gt else None,
+        "mean_layers": sum(layers) / len(layers) if layers else None,
+        "right_when_all_attended": sum(bool(r.correct) for r in with_gt if r.needle_recall == 1.0),
+    }
 
 
 def _fmt(value, scale: float = 1.0, unit: str = "") -> str:

@@ -66,6 +66,7 @@ class VideoMemoryEngine:
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
+        self.last_layer_stamps: list[list[int]] = []  # per layer, stamps of the frames the last question attended to
         self._context_len = 0  # largest per-layer context (sink included) of the last question
         self.last_logits: torch.Tensor | None = None
         self.policy.setup(self, self.probe)
@@ -406,6 +407,12 @@ class VideoMemoryEngine:
         with capture.attached(self.adapter.query_modules()):
             logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
         self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
+        # Per layer, the frames attended to (evaluation's needle recall, eval/recall.py), read now:
+        # a block may leave memory later, and a question-only block (an open segment) never enters it.
+        self.last_layer_stamps = [
+            sorted({s for bid in ids for s in chosen[bid].stamps_ns if chosen[bid].stamp_ns > 0 or chosen[bid].kind != "summary"})
+            for ids in self.last_layer_blocks
+        ]
         if stage is not None:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         return logits, cache, chosen, next_pos
@@ -552,7 +559,7 @@ class VideoMemoryEngine:
             raise
         finally:
             self._ingest_ms.clear()
-            self.last_layer_blocks, self._context_len, self.last_logits = [], 0, None
+            self.last_layer_blocks, self.last_layer_stamps, self._context_len, self.last_logits = [], [], 0, None
             self._stats = self._snapshot()
 
     def close(self) -> None:
