@@ -45,7 +45,7 @@ def test_unbounded_memory_equals_plain_forward(tiny_adapter64, policy):
     options = ["a red box", "a blue ball", "nothing"]
     ref_logits, ref_cache = plain_forward(a, frames, a.question_ids("what is there?", options))
     ref_probs = torch.softmax(ref_logits[a.option_token_ids(3)], 0)
-    answer = engine.ask(Question("what is there?", options=options))
+    answer = engine.ask(Question("what is there?", options=options), option_scoring="letter")  # the letters' logits
     torch.testing.assert_close(torch.tensor(answer.option_scores, dtype=torch.float64), ref_probs, rtol=0, atol=ATOL)
     assert answer.option_index == int(torch.argmax(ref_probs))
     assert [e.stamp_ns for e in answer.evidence] == [f.stamp_ns for f in frames]

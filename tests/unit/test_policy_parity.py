@@ -68,7 +68,7 @@ def test_unbounded_policy_equals_plain_forward(adapter, name):
 
     options = ["a cup", "a ball", "nothing"]
     ref_logits, _ = plain_forward(adapter, frames, adapter.question_ids("what is there?", options))
-    answer = engine.ask(Question("what is there?", options=options))
+    answer = engine.ask(Question("what is there?", options=options), option_scoring="letter")  # the letters' logits
     ref_probs = torch.softmax(ref_logits[adapter.option_token_ids(3)], 0)
     torch.testing.assert_close(torch.tensor(answer.option_scores), ref_probs.float(), rtol=0, atol=ATOL)
 

@@ -83,7 +83,7 @@ REFUSED = [
     (Question("when?", since_ns=-1), "must not be negative"),
     (Question("when?", until_ns=-1), "must not be negative"),
     (Question(LONG), rf"question is \d+ tokens, longer than the limit of {QLIMIT} \(memory.max_question_tokens\)"),
-    (Question("short?", options=["x" * 60, "y" * 60]), f"longer than the limit of {QLIMIT}"),  # options count too
+    (Question("short?", options=["x" * (QLIMIT + 1), "y"]), rf"option 'x+' is {QLIMIT + 1} tokens, longer than the limit of {QLIMIT}"),
     (Question("what?", max_new_tokens=9), "max_new_tokens 9 exceeds the limit 8"),
     (Question("what?", cameras=["/cam_c"]), r"no frames in memory for cameras \['/cam_c'\]"),
     (Question("what?", since_ns=int(9.2e9), until_ns=int(9.8e9)), "no frames in memory for all cameras in the requested time"),
@@ -100,6 +100,18 @@ def test_refused_question_changes_nothing(tiny_adapter, question, match):
     with pytest.raises(RequestError, match=match):
         engine.ask(question, on_token=lambda text: pytest.fail("a refused question must not generate"))
     assert snapshot(engine) == before
+
+
+def test_listed_options_count_toward_the_question_limit_under_letter_scoring(tiny_adapter):
+    # Letter scoring lists the options in the prompt, so they count; likelihood scoring asks the
+    # question open and checks each option on its own (each fits here).
+    engine = rekv_engine(tiny_adapter)
+    before = snapshot(engine)
+    question = Question("short?", options=["x" * 60, "y" * 60])
+    with pytest.raises(RequestError, match=rf"question is \d+ tokens, longer than the limit of {QLIMIT}"):
+        engine.ask(question, option_scoring="letter")
+    assert snapshot(engine) == before
+    assert len(engine.ask(question, option_scoring="likelihood").option_scores) == 2
 
 
 def test_question_at_the_token_limit_is_accepted(tiny_adapter):

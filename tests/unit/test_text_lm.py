@@ -94,8 +94,21 @@ def test_unbounded_policy_equals_a_plain_transformers_forward(tiny_text, referen
     options = ["the drawer", "the table", "the roof"]
     ids = torch.tensor([plain_ids(tiny_text, tiny_text.question_ids("where is it?", options))])
     ref_probs = torch.softmax(reference_model(input_ids=ids).logits[0, -1][tiny_text.option_token_ids(3)], 0)
-    answer = engine.ask(Question("where is it?", options=options))
+    answer = engine.ask(Question("where is it?", options=options), option_scoring="letter")
     torch.testing.assert_close(torch.tensor(answer.option_scores), ref_probs, rtol=0, atol=ATOL)
+
+    # Likelihood scoring: the question asked open, each option's mean log-prob per token as its
+    # answer, softmaxed; here from one plain forward per option over [context, question, option].
+    open_ids = plain_ids(tiny_text, tiny_text.question_ids("where is it?", []))
+    means = []
+    for option in options:
+        cont = tiny_text.text_ids(option)
+        with torch.no_grad():
+            logp = torch.log_softmax(reference_model(input_ids=torch.tensor([open_ids + cont])).logits[0].double(), -1)
+        means.append(sum(float(logp[len(open_ids) - 1 + i, t]) for i, t in enumerate(cont)) / len(cont))
+    answer = engine.ask(Question("where is it?", options=options), option_scoring="likelihood")
+    torch.testing.assert_close(torch.tensor(answer.option_scores, dtype=torch.float64),
+                               torch.softmax(torch.tensor(means, dtype=torch.float64), 0), rtol=0, atol=ATOL)
 
 
 # --- JSONL streams ----------------------------------------------------------------------------------
