@@ -158,7 +158,9 @@ class MemoryConfig:
     max_question_tokens: int = 512  # longer questions are refused
     snapshot_dir: str = ""  # where ~/save_memory and ~/load_memory read and write; "" = snapshots disabled
     snapshot_on_shutdown: str = ""  # snapshot name written when the node shuts down cleanly; "" = none
-    restore_on_start: str = ""  # snapshot name loaded at start if it exists; "" = start empty
+    restore_on_start: str = ""  # snapshot name loaded at start if it exists; "latest": the newest good periodic one; "" = start empty
+    snapshot_period_s: float = 0.0  # a periodic snapshot into snapshot_dir every this many seconds (node clock); 0 = off
+    snapshot_keep: int = 3  # periodic snapshots kept (the newest); older ones are deleted after each good write
     streamkv: StreamKVConfig = field(default_factory=StreamKVConfig)
     hermes: HermesConfig = field(default_factory=HermesConfig)
     mukv: MuKVConfig = field(default_factory=MuKVConfig)
@@ -176,8 +178,11 @@ class MemoryConfig:
             raise ConfigError(f"memory.offload_bytes must be >= 0, got {self.offload_bytes}")
         if self.retrieve_frames < 0:
             raise ConfigError(f"memory.retrieve_frames must be >= 0, got {self.retrieve_frames}")
-        if (self.snapshot_on_shutdown or self.restore_on_start) and not self.snapshot_dir:
-            raise ConfigError("memory.snapshot_on_shutdown and memory.restore_on_start need memory.snapshot_dir")
+        if (self.snapshot_on_shutdown or self.restore_on_start or self.snapshot_period_s > 0) and not self.snapshot_dir:
+            raise ConfigError("memory.snapshot_on_shutdown, memory.restore_on_start and memory.snapshot_period_s need memory.snapshot_dir")
+        if self.snapshot_period_s < 0 or self.snapshot_keep < 1:
+            raise ConfigError(f"need memory.snapshot_period_s >= 0 (0: off) and memory.snapshot_keep >= 1, got "
+                              f"{self.snapshot_period_s} and {self.snapshot_keep}")
         if self.local_window_tokens >= self.budget_tokens:
             raise ConfigError(
                 f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
