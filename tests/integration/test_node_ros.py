@@ -271,7 +271,7 @@ def test_memory_survives_sigkill_through_a_snapshot(ros, tmp_path):
         assert list(after_mc.option_scores) == list(before_mc.option_scores)
         assert stats.frames_in_memory > 0 and stats.tokens_resident <= stats.budget_tokens
     # A clean shutdown wrote its snapshot, complete (the manifest is written last, then the rename).
-    assert (tmp_path / "on_exit" / "manifest.json").is_file() and (tmp_path / "on_exit" / "kv.safetensors").is_file()
+    assert (tmp_path / "on_exit" / "manifest.json").is_file() and (tmp_path / "on_exit" / "state.safetensors").is_file()
     assert not list(tmp_path.glob(".*"))  # no temporary directory left behind
 
 
