@@ -357,6 +357,8 @@ def test_sim_time_drives_the_node_clock(ros):
         ({"model": "/nonexistent/checkpoint"}, "nor a local checkpoint directory"),
         ({"camera_qos": "fast"}, "camera_qos must be one of"),
         ({"vision.backend": "cuda"}, "vision.backend must be one of"),
+        ({"model": "videokv-tiny-random", "memory.policy": "mukv", "memory.mukv.patch_split": 5},
+         "memory.mukv.patch_split (5) must divide the 6 tokens of a frame of this model: one of [1, 2, 3, 6]"),
     ],
 )
 def test_bad_configuration_stops_the_node_with_a_clear_reason(ros, params, reason):

@@ -9,6 +9,8 @@ comments say where a value comes from, and where the paper gave none and we chos
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 POLICIES = ("full", "rekv", "streamkv", "hermes", "mukv")
@@ -217,3 +219,26 @@ class GenerationConfig:
             raise ConfigError(
                 f"max_new_tokens must be in [1, {self.max_new_tokens_limit}], got {self.max_new_tokens}"
             )
+
+
+def fit_to_model(memory: MemoryConfig, tokens_per_frame: int) -> tuple[MemoryConfig, list[str]]:
+    """``memory`` with the policy defaults that cannot hold for a model of ``tokens_per_frame`` adapted,
+    and a sentence per adaptation (the node logs them); a value set away from its default that cannot
+    hold raises ConfigError naming the values that would.
+
+    Today one case: MuKV's patch blocks split a frame's tokens in ``patch_split`` equal runs. The
+    paper's 4 fits LLaVA-OneVision's 196 tokens; videokv-tiny has 6, so the default becomes the
+    largest divisor of the frame's tokens not above it (3: patch blocks of 2 tokens).
+    """
+    mukv = memory.mukv
+    if memory.policy != "mukv" or "patch" not in mukv.granularities or tokens_per_frame % mukv.patch_split == 0:
+        return memory, []
+    default = MuKVConfig().patch_split
+    divisors = [d for d in range(1, tokens_per_frame + 1) if tokens_per_frame % d == 0]
+    if mukv.patch_split != default:
+        raise ConfigError(f"memory.mukv.patch_split ({mukv.patch_split}) must divide the {tokens_per_frame} tokens of a frame "
+                          f"of this model: one of {divisors}")
+    split = max(d for d in divisors if d <= default)
+    fitted = dataclasses.replace(memory, mukv=dataclasses.replace(mukv, patch_split=split))
+    return fitted, [f"memory.mukv.patch_split: the default {default} does not divide the {tokens_per_frame} tokens of a frame "
+                    f"of this model; using {split} (patch blocks of {tokens_per_frame // split} tokens)"]

@@ -133,11 +133,16 @@ class VideoKVMixin:
             self.adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
             # Logs its choice; may build a TensorRT engine (logged before it starts).
             attach_vision_backend(self.adapter, settings.vision, logger=log)
-            self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
+            try:
+                self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
+            except ValueError as exc:  # a policy's own check against the model (ConfigError is one too)
+                raise ConfigError(f"memory.policy {settings.memory.policy} with model {s.model!r}: {exc}") from exc
         except BaseException:
             self.engine = self.adapter = None
             _free_device_memory()
             raise
+        for note in self.engine.adaptations:
+            log.info(f"adapted to the model: {note}")
         self.settings = settings
         self.sampler = FrameSampler(settings.sampler)
         with self._lock:
