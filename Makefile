@@ -36,6 +36,7 @@ setup:
 
 build: setup
 	scripts/build_ws.sh
+	scripts/setup_ros2tools.sh
 
 test: build
 	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
