@@ -135,7 +135,9 @@ class VideoKVMixin:
             attach_vision_backend(self.adapter, settings.vision, logger=log)
             try:
                 self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
-            except ValueError as exc:  # a policy's own check against the model (ConfigError is one too)
+            except ConfigError:
+                raise  # already says which parameter and why
+            except ValueError as exc:  # a policy's own check against the model
                 raise ConfigError(f"memory.policy {settings.memory.policy} with model {s.model!r}: {exc}") from exc
         except BaseException:
             self.engine = self.adapter = None
