@@ -14,6 +14,8 @@ from enum import Enum
 
 import torch
 
+from videokv_node.pose import Pose
+
 
 class Tier(Enum):
     RESIDENT = "resident"  # K/V tensors on the model's device
@@ -66,6 +68,14 @@ class FrameBlock:
     protected: bool = False  # never compressed (StreamKV summary frames, HERMES summary tokens)
     rep: torch.Tensor | None = None  # policy-specific representative vector
     tier: Tier = Tier.RESIDENT  # changed only by BlockStore
+    poses: tuple[Pose | None, ...] = ()  # robot pose at each of stamps_ns (same order), None where unknown; set by the engine
+
+    def pose_at(self, stamp_ns: int) -> Pose | None:
+        """The robot's pose when the frame stamped ``stamp_ns`` (one of ``stamps_ns``) was taken, if known."""
+        for s, pose in zip(self.stamps_ns, self.poses):
+            if s == stamp_ns:
+                return pose
+        return None
 
     def __post_init__(self) -> None:
         if not self.stamps_ns:

@@ -38,6 +38,7 @@ from videokv_node.memory.retrieval_cache import (
 from videokv_node.memory.snapshot import SnapshotInfo, load_snapshot, save_snapshot
 from videokv_node.memory.stats import EngineStats, LatencyWindow
 from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.pose import Pose
 
 
 class VideoMemoryEngine:
@@ -68,6 +69,10 @@ class VideoMemoryEngine:
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self.last_layer_stamps: list[list[int]] = []  # per layer, stamps of the frames the last question attended to
         self._context_len = 0  # largest per-layer context (sink included) of the last question
+        # Poses of frames by (camera, stamp): filled from Frame.pose at ingest, read when a block is
+        # made (a policy may build a block from frames received earlier), pruned after each ingest
+        # to the frames still pending or in memory. Blocks keep their own copy (FrameBlock.poses).
+        self._frame_poses: dict[tuple[str, int], Pose] = {}
         self.last_logits: torch.Tensor | None = None
         self.policy.setup(self, self.probe)
         self._stats = self._snapshot()
@@ -121,6 +126,9 @@ class VideoMemoryEngine:
         vision_ms = (time.perf_counter() - t0) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
         blocks = []
+        for frame in frames:
+            if frame.pose is not None:
+                self._frame_poses[(frame.camera, frame.stamp_ns)] = frame.pose
         for frame, feat in zip(frames, feats):
             t1 = time.perf_counter()
             unit = Unit(feat=feat, offsets=offsets, camera=frame.camera, stamp_ns=frame.stamp_ns)
@@ -128,8 +136,23 @@ class VideoMemoryEngine:
             for job in self.policy.on_frame(self.store, unit):
                 blocks.extend(self._encode_job(job))
             self._ingest_ms.add(vision_ms + (time.perf_counter() - t1) * 1e3)
+        self._prune_poses()
         self._stats = self._snapshot()
         return blocks
+
+    def _prune_poses(self) -> None:
+        """Forget the poses of frames neither pending nor cited by a block in memory (evicted ones)."""
+        if not self._frame_poses:
+            return
+        live = {(u.camera, s) for u in self.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
+        with self._lock:
+            live.update((b.camera, s) for b in self.store.blocks() for s in b.stamps_ns)
+        self._frame_poses = {k: p for k, p in self._frame_poses.items() if k in live}
+
+    def pending_poses(self) -> dict[tuple[str, int], Pose]:
+        """Poses of frames received but cited by no block yet (an open segment); snapshots keep them."""
+        cited = {(b.camera, s) for b in self.store.blocks() for s in b.stamps_ns}
+        return {k: p for k, p in self._frame_poses.items() if k not in cited}
 
     @torch.inference_mode()
     def _encode_units(self, job: EncodeJob) -> list[FrameBlock]:
@@ -173,6 +196,7 @@ class VideoMemoryEngine:
                     stamps_ns=unit.stamps_ns,
                     rank=unit.rank,
                     protected=unit.protected,
+                    poses=tuple(self._frame_poses.get((unit.camera, s)) for s in (unit.stamps_ns or (unit.stamp_ns,))),
                 )
             )
             self._next_block_id += 1
@@ -419,9 +443,15 @@ class VideoMemoryEngine:
 
     @staticmethod
     def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:
-        """The frames an answer attended to, oldest first (a summary token with no stamp cites none)."""
-        cited = {(s, b.camera) for b in chosen.values() if b.stamp_ns > 0 or b.kind != "summary" for s in b.stamps_ns}
-        return [Evidence(s, c) for s, c in sorted(cited)]
+        """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
+        each with the robot's pose when it was taken where the frame came with one."""
+        cited: dict[tuple[int, str], Pose | None] = {}
+        for b in chosen.values():
+            if b.stamp_ns > 0 or b.kind != "summary":
+                for s in b.stamps_ns:
+                    if cited.get((s, b.camera)) is None:
+                        cited[(s, b.camera)] = b.pose_at(s)
+        return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]
 
     def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
         """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.
@@ -499,6 +529,7 @@ class VideoMemoryEngine:
         with self._lock:
             self.store.clear()
             self.policy.reset()
+        self._frame_poses = {}
         self._ingest_ms.clear()
         self._stats = self._snapshot()
 
@@ -529,6 +560,7 @@ class VideoMemoryEngine:
         evicted_entries: int,
         policy_meta: dict,
         policy_tensors: dict[str, torch.Tensor],
+        pending_poses: dict[tuple[str, int], Pose] | None = None,
     ) -> None:
         """Replace every block, the counters and the policy's state (``snapshot.load_snapshot`` calls it).
 
@@ -538,7 +570,8 @@ class VideoMemoryEngine:
         KeyError, TypeError, IndexError) with nothing changed. Then the memory is swapped and
         the current caps enforced as after an ingest: the policy's own (``after_restore``),
         then the resident budget and the host arena, the policy choosing the victims and
-        every eviction counted. Nothing there is expected to fail; should it (a bug, host
+        every eviction counted. The pose table is rebuilt from the blocks' poses and
+        ``pending_poses`` (frames cited by no block yet). Nothing there is expected to fail; should it (a bug, host
         memory exhausted), the memory is left empty rather than half restored.
         """
         by_id = {b.block_id: b for b in blocks}
@@ -552,10 +585,16 @@ class VideoMemoryEngine:
                 self._next_block_id, self._ingested = next_block_id, frames_ingested
                 self.policy.after_restore(self.store)
                 self._enforce_caps()
+            self._frame_poses = dict(pending_poses or {})
+            self._frame_poses.update(
+                ((b.camera, s), p) for b in blocks for s, p in zip(b.stamps_ns, b.poses) if p is not None
+            )
+            self._prune_poses()
         except BaseException:
             with self._lock:
                 self.store.clear()
                 self.policy.reset()
+            self._frame_poses = {}
             raise
         finally:
             self._ingest_ms.clear()

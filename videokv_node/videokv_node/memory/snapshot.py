@@ -4,7 +4,8 @@ A snapshot is a directory with two files, never pickle:
 
     manifest.json    what the memory is: format version, model identity, policy, counters,
                      one entry per block (ids, camera, stamps, kind, stream, rank, tier, how many
-                     tokens each layer keeps) and the policy's state; plus the tensor file's sha256
+                     tokens each layer keeps, the robot's pose at each stamp) and the policy's
+                     state; plus the tensor file's sha256
     kv.safetensors   every tensor, named below
 
 Tensors (B blocks in creation order; L layers; N_l tokens kept in layer l over all blocks;
@@ -56,11 +57,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
+from videokv_node.pose import Pose
 
 if TYPE_CHECKING:
     from videokv_node.memory.engine import VideoMemoryEngine
 
-SNAPSHOT_VERSION = 1
+# Version 2 (issue 17) adds each block's ``poses`` (aligned with ``stamps_ns``, null where
+# unknown) and the engine's ``pending_poses``; a version 1 snapshot loads with no poses.
+SNAPSHOT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FORMAT = "videokv-memory-snapshot"
 MANIFEST = "manifest.json"
 TENSORS = "kv.safetensors"
@@ -186,6 +191,7 @@ def _collect(engine: "VideoMemoryEngine") -> tuple[dict, dict[str, torch.Tensor]
                 "n_tokens": b.n_tokens,
                 "layer_tokens": [None if kv is None else kv.n_tokens for kv in b.layers],
                 "rep": b.rep is not None,
+                "poses": [None if p is None else p.as_dict() for p in b.poses],
             }
         )
     P, H, D = adapter.position_dims, geo.n_kv_heads, geo.head_dim
@@ -217,6 +223,7 @@ def _collect(engine: "VideoMemoryEngine") -> tuple[dict, dict[str, torch.Tensor]
             "frames_ingested": engine.frames_ingested,
             "evicted_blocks": store.evicted_blocks,
             "evicted_entries": store.evicted_entries,
+            "pending_poses": [[c, s, p.as_dict()] for (c, s), p in sorted(engine.pending_poses().items())],
         },
         "blocks": entries,
         "policy_state": policy_meta,
@@ -306,6 +313,7 @@ def load_snapshot(engine: "VideoMemoryEngine", target: Path) -> SnapshotInfo:
         blocks = _build_blocks(engine, manifest, tensors)
         counters = {k: int(manifest["engine"][k]) for k in ("next_block_id", "frames_ingested", "evicted_blocks", "evicted_entries")}
         policy_meta = manifest["policy_state"]
+        pending_poses = {(str(c), int(s)): Pose.from_dict(p) for c, s, p in manifest["engine"].get("pending_poses", [])}
         policy_tensors = {
             name.removeprefix("policy/"): t.to(engine.adapter.device) for name, t in tensors.items() if name.startswith("policy/")
         }
@@ -313,7 +321,8 @@ def load_snapshot(engine: "VideoMemoryEngine", target: Path) -> SnapshotInfo:
         raise SnapshotError(f"snapshot {target} is malformed: {_why(exc)}") from exc
     del tensors  # the blocks hold their own copies (offloaded ones: views until the arena takes them)
     try:
-        engine.replace_memory(blocks, policy_meta=policy_meta, policy_tensors=policy_tensors, **counters)
+        engine.replace_memory(blocks, policy_meta=policy_meta, policy_tensors=policy_tensors, pending_poses=pending_poses,
+                              **counters)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise SnapshotError(f"snapshot {target}: the {engine.policy.name} policy's state does not fit: {_why(exc)}") from exc
     return SnapshotInfo(target, len(engine.store), engine.frames_ingested, _size(target), engine.policy.name,
@@ -345,8 +354,9 @@ def _read_manifest(target: Path) -> dict:
 def _check_compatible(engine: "VideoMemoryEngine", manifest: dict, target: Path) -> None:
     """Refuse, with both values, a snapshot another version, model or policy wrote."""
     version = manifest.get("version")
-    if version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"snapshot {target} has format version {version!r}; this videokv reads version {SNAPSHOT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise SnapshotError(f"snapshot {target} has format version {version!r}; this videokv reads version {SNAPSHOT_VERSION} "
+                            f"and the older {', '.join(map(str, READABLE_VERSIONS[:-1]))}")
     saved, now = manifest.get("model"), _model_identity(engine)
     if not isinstance(saved, dict):
         raise SnapshotError(f"snapshot {target} is malformed: no model identity")
@@ -459,12 +469,23 @@ def _build_blocks(engine: "VideoMemoryEngine", manifest: dict, tensors: dict[str
             protected=bool(e["protected"]),
             rep=rep,
             tier=tier,
+            poses=_poses(e),
         )
         at_pos += t
         if block.is_empty:
             raise ValueError(f"block {block_id} keeps nothing in any layer")
         blocks.append(block)
     return blocks
+
+
+def _poses(entry: dict) -> tuple:
+    """A block entry's poses, aligned with its stamps; none in a version 1 snapshot."""
+    poses = entry.get("poses")
+    if poses is None:
+        return ()
+    if len(poses) != len(entry["stamps_ns"]):
+        raise ValueError(f"block {entry['id']}: {len(poses)} poses for {len(entry['stamps_ns'])} stamps")
+    return tuple(None if p is None else Pose.from_dict(p) for p in poses)
 
 
 def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
