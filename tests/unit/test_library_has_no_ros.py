@@ -70,6 +70,7 @@ def test_the_guard_catches_a_ros_import(tmp_path):
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "synthetic.py").write_text("")
+    (pkg / "pose.py").write_text("")
     (pkg / "memory" / "bad.py").write_text("import rclpy\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60)

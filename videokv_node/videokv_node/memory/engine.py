@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
@@ -440,6 +441,32 @@ class VideoMemoryEngine:
         if stage is not None:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         return logits, cache, chosen, next_pos
+
+    @torch.inference_mode()
+    def locate(self, query: LocateQuery) -> LocateResult:
+        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``); no text generated.
+
+        Ranked by the policy's retrieval scores where it has them, else by one question prefill's
+        attention mass. Refuses (RequestError, nothing changed) an empty query, ``top_k`` < 1, a bad
+        time window, a query longer than ``memory.max_question_tokens``, or no frames to rank.
+        """
+        t0 = time.perf_counter()
+        if query.top_k < 1:
+            raise RequestError(f"top_k must be at least 1, got {query.top_k}")
+        question = Question(query.text, cameras=list(query.cameras), since_ns=query.since_ns, until_ns=query.until_ns)
+        ids = self.validate(question)  # empty text, window and length checks, as for a question
+        candidates = self.candidates(question)
+        scores = self.policy.locate_scores(candidates, self.probe, query.text)
+        if scores is not None:
+            blocks, values, method = candidates, scores.tolist(), "retrieval"
+        else:
+            mass = AttentionMass()
+            _, _, chosen, _ = self._prefill(question, ids, 1, mass)
+            per_block = block_masses(mass, self.last_layer_blocks, chosen, self.sink.n_tokens)
+            blocks = [chosen[bid] for bid in per_block]
+            values, method = list(per_block.values()), "attention"
+        moments = rank_moments(blocks, values, query.top_k)
+        return LocateResult(moments, method, time.perf_counter() - t0)
 
     @staticmethod
     def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:

@@ -479,9 +479,9 @@ def _build_blocks(engine: "VideoMemoryEngine", manifest: dict, tensors: dict[str
 
 
 def _poses(entry: dict) -> tuple:
-    """A block entry's poses, aligned with its stamps; none in a version 1 snapshot."""
+    """A block entry's poses, aligned with its stamps (or none at all); none in a version 1 snapshot."""
     poses = entry.get("poses")
-    if poses is None:
+    if not poses:  # version 1, or a block a policy made itself (no frame, no pose)
         return ()
     if len(poses) != len(entry["stamps_ns"]):
         raise ValueError(f"block {entry['id']}: {len(poses)} poses for {len(entry['stamps_ns'])} stamps")
