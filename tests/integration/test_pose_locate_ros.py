@@ -1,0 +1,130 @@
+"""Poses and ~/locate over real DDS: odometry and images published to a node process, the
+evidence's poses checked against the pose interpolated by hand at each frame's stamp."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
+
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+
+from tests.integration.test_node_ros import running_node, wait_subscribed  # noqa: E402
+from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
+from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+
+NS = 1_000_000_000
+RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def odom(stamp_ns: int, x: float, yaw: float) -> Odometry:
+    msg = Odometry()
+    msg.header.stamp = ns_to_time(stamp_ns)
+    msg.header.frame_id = "odom"
+    msg.child_frame_id = "base_link"
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    p.x, p.y = x, -2.0 * x
+    q.z, q.w = math.sin(yaw / 2), math.cos(yaw / 2)
+    return msg
+
+
+def truth(stamp_ns: int) -> tuple[float, float]:
+    """The trajectory published: x = t - 10 s, heading 0.1 rad per second; both linear in time, so the
+    interpolated pose at any stamp inside the poses' span is exactly the trajectory there."""
+    t = stamp_ns / NS - 10.0
+    return t, 0.1 * t
+
+
+def frame(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (24, 32, 3), dtype=np.uint8)
+
+
+def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
+    params = {
+        "model": "tiny",
+        "image_topics": ["cam_a"],
+        "camera_qos": "reliable",
+        "camera_qos_depth": 100,
+        "sample_fps": 0.0,
+        "stats_period_s": 0.2,
+        "memory.policy": "rekv",
+        "memory.budget_tokens": 1024,
+        "memory.local_window_tokens": 32,
+        "memory.retrieve_frames": 8,
+        "max_new_tokens": 2,
+        "pose_topic": "odom",  # pose_type auto: the node reads the type from the graph
+        "pose_tolerance_s": 0.1,
+        "locate_max_k": 5,
+    }
+    with running_node(ros, params, "videokv_pose") as (proc, client, peer):
+        pub_odom = peer.create_publisher(Odometry, "/odom", RELIABLE)
+        pub_cam = peer.create_publisher(Image, "/cam_a", RELIABLE)
+        wait_subscribed(pub_odom, timeout=30)  # the node subscribes once it has seen the topic's type
+        wait_subscribed(pub_cam)
+        for i in range(61):  # 10 Hz from 10 s to 16 s
+            s = 10 * NS + i * NS // 10
+            pub_odom.publish(odom(s, *truth(s)))
+            if i == 5:  # bad input, both dropped and counted: a NaN, and a stamp going backwards
+                pub_odom.publish(odom(s + NS // 20, math.nan, 0.0))
+                pub_odom.publish(odom(s - NS // 20, 100.0, 3.0))
+            time.sleep(0.01)
+        time.sleep(1.0)  # every pose in before the first frame is sampled
+        stamps = [10 * NS + 470_000_000, 11 * NS + 230_000_000, 12 * NS, 13 * NS + 910_000_000, 16 * NS + 50_000_000,
+                  20 * NS]  # the last is 4 s after the newest pose: no pose
+        for i, s in enumerate(stamps):
+            pub_cam.publish(image_msg(frame(i), s))
+            time.sleep(0.05)
+        client.wait_stats(lambda st: st.frames_ingested == len(stamps) and st.queue_depth == 0, timeout=120)
+
+        resp = client.ask("What is there?")
+        assert resp.success, resp.message
+        got = [time_to_ns(t) for t in resp.evidence_stamps]
+        assert got == stamps  # the whole memory fits the retrieval
+        assert len(resp.evidence_poses) == len(got)
+        for s, pose in zip(got, resp.evidence_poses):
+            assert time_to_ns(pose.header.stamp) == s
+            if s == 20 * NS:
+                assert pose.header.frame_id == ""  # outside the poses' span by more than pose_tolerance_s
+                continue
+            x, yaw = truth(min(s, 16 * NS))  # 16.05 s: within the tolerance after the newest pose (16 s)
+            p, q = pose.pose.position, pose.pose.orientation
+            assert pose.header.frame_id == "odom"
+            assert abs(p.x - x) < 1e-6 and abs(p.y + 2 * x) < 1e-6 and p.z == 0.0, (s, p)
+            assert abs(q.z - math.sin(yaw / 2)) < 1e-6 and abs(q.w - math.cos(yaw / 2)) < 1e-6, (s, q)
+
+        loc = client.locate("a red box", top_k=3)
+        assert loc.success, loc.message
+        assert loc.method == "retrieval" and len(loc.stamps) == len(loc.poses) == len(loc.scores) == 3
+        assert list(loc.scores) == sorted(loc.scores, reverse=True) and loc.latency_s > 0
+        by_stamp = {s: p for s, p in zip(got, resp.evidence_poses)}
+        for t, pose, cam in zip(loc.stamps, loc.poses, loc.cameras):
+            s = time_to_ns(t)
+            assert s in by_stamp and cam == "/cam_a"
+            assert pose.header.frame_id == by_stamp[s].header.frame_id and pose.pose == by_stamp[s].pose
+        window = client.locate("a red box", top_k=5, since_ns=11 * NS, until_ns=13 * NS)
+        assert window.success and {time_to_ns(t) for t in window.stamps} == {11 * NS + 230_000_000, 12 * NS}
+
+        for request, reason in (((" ", 3), "empty"), (("a red box", 0), "top_k"), (("a red box", 6), "locate_max_k"),
+                                (("a red box", 2, ["cam_z"]), "no frames")):
+            r = client.locate(*request)
+            assert not r.success and reason in r.message, (request, r.message)
+    out = proc.output()
+    assert "non-finite" in out and "not after the newest" in out  # both bad poses dropped, with a warning
+
+
+def test_pose_and_locate_parameters_are_in_the_readme_table():
+    from videokv_node.ros.params import parameter_table
+
+    readme = README.read_text()
+    mine = [n for n in parameter_table() if n.startswith("pose_") or n in ("base_frame", "locate_max_k")]
+    assert len(mine) == 9
+    assert not [n for n in mine if not re.search(rf"^\| `{n}` \|", readme, re.MULTILINE)]
