@@ -128,3 +128,36 @@ def test_pose_and_locate_parameters_are_in_the_readme_table():
     mine = [n for n in parameter_table() if n.startswith("pose_") or n in ("base_frame", "locate_max_k")]
     assert len(mine) == 9
     assert not [n for n in mine if not re.search(rf"^\| `{n}` \|", readme, re.MULTILINE)]
+
+
+def test_spava_answers_cite_the_poses_sent_with_the_frames():
+    """The node sends each archived frame's pose in the LongReplay goal; the service's answers cite them
+    by (camera, stamp) in evidence_poses, an empty frame_id for a frame sent without one."""
+    from videokv_interfaces.action import LongReplay
+
+    from videokv_node.pose import Pose
+    from videokv_node.ros.conversions import pose_to_msg
+    from videokv_node.ros.long_replay import fill_result, goal_poses
+    from videokv_node.ros.long_replay_client import FrameArchive
+    from videokv_node.spava.job import ReplayAnswer, ReplayOutcome
+
+    archive = FrameArchive(10, 90)
+    pose = Pose.make("odom", (1.0, 2.0, 0.0), (0.0, 0.0, math.sin(0.2), math.cos(0.2)))
+    archive.add("/cam", 5 * NS, frame(0), pose)
+    archive.add("/cam", 6 * NS, frame(1), None)
+    window = archive.window(0, 0, [], 10)
+    assert [(c, s, p) for c, s, _, p in window] == [("/cam", 5 * NS, pose), ("/cam", 6 * NS, None)]
+
+    goal = LongReplay.Goal(frames=[image_msg(rgb, s) for _, s, rgb, _ in window], frame_cameras=["/cam", "/cam"],
+                           frame_poses=[pose_to_msg(p, s) for _, s, _, p in window])
+    poses = goal_poses(goal)
+    outcome = ReplayOutcome(True, "", [ReplayAnswer(True, evidence_stamps_ns=[5 * NS, 6 * NS], evidence_cameras=["/cam", "/cam"])])
+    result = fill_result(LongReplay.Result(), outcome, 1.0, poses)
+    cited = result.answers[0].evidence_poses
+    assert [time_to_ns(p.header.stamp) for p in cited] == [5 * NS, 6 * NS]
+    assert cited[0].header.frame_id == "odom" and cited[0].pose.position.x == 1.0
+    assert abs(cited[0].pose.orientation.z - math.sin(0.2)) < 1e-12
+    assert cited[1].header.frame_id == ""
+    goal.frame_poses = goal.frame_poses[:1]  # misaligned: refused with the reason
+    with pytest.raises(ValueError, match="1 frame_poses for 2 frames"):
+        goal_poses(goal)
