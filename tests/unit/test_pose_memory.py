@@ -146,3 +146,21 @@ def test_a_snapshot_with_a_bad_pose_is_refused_and_changes_nothing(tiny_adapter,
     with pytest.raises(SnapshotError, match="malformed.*non-finite"):
         load_snapshot(b, tmp_path / "snap")
     assert [(x.block_id, x.poses) for x in b.store.blocks()] == before
+
+
+
+def test_mukv_segments_keep_the_poses_of_frames_waiting_in_its_partial_segment(tiny_adapter, tmp_path):
+    """Segment blocks only: a frame waits in MuKV's own state (no block, not a pending unit) until its
+    segment is full. Saved and restored meanwhile (the restore prunes the pose table), its pose must
+    still reach the segment block."""
+    mukv = MuKVConfig(granularities=("segment",), segment_frames=3, retrieve_patch=0, retrieve_frame=0, retrieve_segment=1)
+    frames = with_poses(scene_frames(8, 6, 3))
+    a = engine(tiny_adapter, "mukv", mukv=mukv)
+    feed(a, frames[:7])  # two segments, frame 7 waiting
+    save_snapshot(a, tmp_path / "snap")
+    b = engine(tiny_adapter, "mukv", mukv=mukv)
+    load_snapshot(b, tmp_path / "snap")
+    feed(b, frames[7:])
+    feed(b, with_poses(scene_frames(9, 6, 3))[8:])  # completes the third segment
+    assert len(b.store) == 3
+    assert check_block_poses(b, set()) == 9

@@ -74,6 +74,7 @@ class VideoMemoryEngine:
         # made (a policy may build a block from frames received earlier), pruned after each ingest
         # to the frames still pending or in memory. Blocks keep their own copy (FrameBlock.poses).
         self._frame_poses: dict[tuple[str, int], Pose] = {}
+        self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
         self.policy.setup(self, self.probe)
         self._stats = self._snapshot()
@@ -142,13 +143,24 @@ class VideoMemoryEngine:
         return blocks
 
     def _prune_poses(self) -> None:
-        """Forget the poses of frames neither pending nor cited by a block in memory (evicted ones)."""
-        if not self._frame_poses:
+        """Forget the poses of frames neither pending nor cited by a block in memory (evicted ones).
+
+        A received frame is pending, cited by a block or newer than every block's frames (waiting
+        in a policy's state), and only leaves memory by an eviction (counted), so the table is
+        scanned only after evictions: O(blocks) then, O(1) otherwise.
+        """
+        if not self._frame_poses or self.store.evicted_blocks == self._poses_pruned_at:
             return
+        self._poses_pruned_at = self.store.evicted_blocks
         live = {(u.camera, s) for u in self.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
+        newest: dict[str, int] = {}  # per camera, the newest stamp a block cites
         with self._lock:
-            live.update((b.camera, s) for b in self.store.blocks() for s in b.stamps_ns)
-        self._frame_poses = {k: p for k, p in self._frame_poses.items() if k in live}
+            for b in self.store.blocks():
+                live.update((b.camera, s) for s in b.stamps_ns)
+                newest[b.camera] = max(newest.get(b.camera, -1), *b.stamps_ns)
+        # Frames newer than any block's may wait in a policy's own state (MuKV's partial segment
+        # when it keeps no frame blocks) without being pending units: kept.
+        self._frame_poses = {(c, s): p for (c, s), p in self._frame_poses.items() if (c, s) in live or s > newest.get(c, -1)}
 
     def pending_poses(self) -> dict[tuple[str, int], Pose]:
         """Poses of frames received but cited by no block yet (an open segment); snapshots keep them."""
@@ -616,6 +628,7 @@ class VideoMemoryEngine:
             self._frame_poses.update(
                 ((b.camera, s), p) for b in blocks for s, p in zip(b.stamps_ns, b.poses) if p is not None
             )
+            self._poses_pruned_at = -1  # the restore may have evicted: scan once
             self._prune_poses()
         except BaseException:
             with self._lock:
