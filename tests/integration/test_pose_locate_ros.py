@@ -161,3 +161,67 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
     goal.frame_poses = goal.frame_poses[:1]  # misaligned: refused with the reason
     with pytest.raises(ValueError, match="1 frame_poses for 2 frames"):
         goal_poses(goal)
+
+
+def test_pose_source_tf_is_refused_with_the_reason_where_tf2_ros_is_missing(monkeypatch):
+    from videokv_node.ingest.pose_history import PoseConfig
+    from videokv_node.memory.config import ConfigError
+    from videokv_node.ros import pose_intake
+
+    monkeypatch.setattr(pose_intake, "tf2_available", lambda: False)
+    with pytest.raises(ConfigError, match="pose_source tf needs tf2_ros"):
+        pose_intake.check_available(PoseConfig(pose_source="tf"))
+    pose_intake.check_available(PoseConfig(pose_topic="odom"))  # topic poses need nothing more
+
+
+def test_pose_source_tf_gives_frames_the_transform_at_their_stamp_over_dds(ros):
+    """Only where tf2_ros imports (ROS 2 from apt): the node looks map <- base_link up at each frame's stamp."""
+    tf2_ros = pytest.importorskip("tf2_ros", reason="tf2_ros is not on PyPI (ROS 2 from apt only): pose_source tf untestable here")
+    from geometry_msgs.msg import TransformStamped
+
+    params = {"model": "tiny", "image_topics": ["cam_t"], "camera_qos": "reliable", "sample_fps": 0.0,
+              "memory.budget_tokens": 1024, "memory.local_window_tokens": 32, "max_new_tokens": 2,
+              "pose_source": "tf", "pose_frame": "map", "base_frame": "base_link"}
+    with running_node(ros, params, "videokv_tf") as (proc, client, peer):
+        broadcaster = tf2_ros.TransformBroadcaster(peer)
+        pub_cam = peer.create_publisher(Image, "/cam_t", RELIABLE)
+        wait_subscribed(pub_cam)
+        for i in range(41):  # 10 Hz, 10 s to 14 s, x = t - 10
+            s = 10 * NS + i * NS // 10
+            t = TransformStamped()
+            t.header.stamp, t.header.frame_id, t.child_frame_id = ns_to_time(s), "map", "base_link"
+            x, yaw = truth(s)
+            t.transform.translation.x = x
+            t.transform.rotation.z, t.transform.rotation.w = math.sin(yaw / 2), math.cos(yaw / 2)
+            broadcaster.sendTransform(t)
+            time.sleep(0.01)
+        time.sleep(1.0)
+        stamps = [11 * NS + 250_000_000, 12 * NS + 500_000_000]
+        for i, s in enumerate(stamps):
+            pub_cam.publish(image_msg(frame(i), s))
+            time.sleep(0.05)
+        client.wait_stats(lambda st: st.frames_ingested == len(stamps) and st.queue_depth == 0, timeout=120)
+        resp = client.ask("What is there?")
+        assert resp.success, resp.message
+        for stamp, pose in zip(resp.evidence_stamps, resp.evidence_poses):
+            x, _ = truth(time_to_ns(stamp))
+            assert pose.header.frame_id == "map" and abs(pose.pose.position.x - x) < 1e-6
+
+
+def test_every_pose_message_type_gives_its_stamp_frame_and_pose():
+    from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped
+
+    from videokv_node.ros.conversions import msg_to_pose, pose_fields, pose_to_msg
+    from videokv_node.ros.pose_intake import TYPE_NAMES, message_class
+
+    want = (12 * NS + 5, "odom", (1.0, -2.0, 0.5), (0.0, 0.0, math.sin(0.3), math.cos(0.3)))
+    for msg in (Odometry(), PoseStamped(), PoseWithCovarianceStamped()):
+        msg.header.stamp, msg.header.frame_id = ns_to_time(want[0]), want[1]
+        pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose
+        pose.position.x, pose.position.y, pose.position.z = want[2]
+        pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = want[3]
+        assert pose_fields(msg) == want, type(msg).__name__
+    assert {k: message_class(k).__name__ for k in TYPE_NAMES} == {
+        "odometry": "Odometry", "pose_stamped": "PoseStamped", "pose_with_covariance_stamped": "PoseWithCovarianceStamped"}
+    empty = pose_to_msg(None, 7 * NS)
+    assert empty.header.frame_id == "" and time_to_ns(empty.header.stamp) == 7 * NS and msg_to_pose(empty) is None
