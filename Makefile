@@ -9,6 +9,7 @@
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
 #                       videokv-tiny on visual ones (about 30 minutes)
+#   make bench-snapshots a periodic (incremental) snapshot against a full one, tiny and 0.5B geometry (a few minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
@@ -31,13 +32,14 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots clean distclean
 
 setup:
 	scripts/setup_env.sh
 
 build: setup
 	scripts/build_ws.sh
+	scripts/setup_ros2tools.sh
 
 test: build
 	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
@@ -64,6 +66,9 @@ bench-long: build
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30
+
+bench-snapshots: build
+	. ./env.sh && python -m bench.snapshots
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

@@ -141,7 +141,7 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
     from videokv_node.ros.long_replay_client import FrameArchive
     from videokv_node.spava.job import ReplayAnswer, ReplayOutcome
 
-    archive = FrameArchive(10, 90)
+    archive = FrameArchive(1 << 20, 90)
     pose = Pose.make("odom", (1.0, 2.0, 0.0), (0.0, 0.0, math.sin(0.2), math.cos(0.2)))
     archive.add("/cam", 5 * NS, frame(0), pose)
     archive.add("/cam", 6 * NS, frame(1), None)

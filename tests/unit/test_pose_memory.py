@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -100,7 +101,7 @@ def test_snapshot_round_trip_keeps_poses(tiny_adapter, tmp_path, policy):
     feed(a, frames)
     save_snapshot(a, tmp_path / "snap")
     manifest = json.loads((tmp_path / "snap" / "manifest.json").read_text())
-    assert manifest["version"] == SNAPSHOT_VERSION == 2
+    assert manifest["version"] == SNAPSHOT_VERSION == 3
     b = engine(tiny_adapter, policy)
     load_snapshot(b, tmp_path / "snap")
     assert [x.poses for x in b.store.blocks()] == [x.poses for x in a.store.blocks()]
@@ -113,14 +114,20 @@ def test_snapshot_round_trip_keeps_poses(tiny_adapter, tmp_path, policy):
     assert [x.poses for x in b.store.blocks()] == [x.poses for x in a.store.blocks()]
 
 
-def test_a_version_1_snapshot_loads_with_no_poses(tiny_adapter, tmp_path):
+def test_version_1_and_2_snapshots_load_with_no_poses(tiny_adapter, tmp_path):
+    """Version 1 (tests/data, written by the version-1 code) and version 2 (a current snapshot with what
+    version 3 added taken out) load, their blocks without poses."""
+    v1 = Path(__file__).resolve().parents[1] / "data" / "snapshot-v1-tiny-hermes"
+    old = engine(tiny_adapter, "hermes")
+    load_snapshot(old, v1)
+    assert len(old.store) > 0 and all(x.poses == () for x in old.store.blocks()) and old._frame_poses == {}
+
     a = engine(tiny_adapter, "rekv")
     feed(a, with_poses(scene_frames(5, 3, 3)))
     save_snapshot(a, tmp_path / "snap")
     path = tmp_path / "snap" / "manifest.json"
     m = json.loads(path.read_text())
-    # What version 1 wrote: no poses anywhere.
-    m["version"] = 1
+    m["version"] = 2
     for entry in m["blocks"]:
         del entry["poses"]
     del m["engine"]["pending_poses"]
