@@ -171,3 +171,18 @@ def test_mukv_segments_keep_the_poses_of_frames_waiting_in_its_partial_segment(t
     feed(b, with_poses(scene_frames(9, 6, 3))[8:])  # completes the third segment
     assert len(b.store) == 3
     assert check_block_poses(b, set()) == 9
+
+
+def test_an_incremental_snapshot_keeps_the_poses_of_linked_and_new_blocks(tiny_adapter, tmp_path):
+    """Poses live in the manifest, rewritten each time: blocks whose K/V come from the base's segment
+    keep theirs as well as the new ones."""
+    frames = with_poses(scene_frames(10, 7, 3), skip={6})
+    a = engine(tiny_adapter, "rekv")
+    feed(a, frames[:6])
+    save_snapshot(a, tmp_path / "s1")
+    feed(a, frames[6:])
+    save_snapshot(a, tmp_path / "s2", base=tmp_path / "s1")
+    b = engine(tiny_adapter, "rekv")
+    load_snapshot(b, tmp_path / "s2")
+    assert [x.poses for x in b.store.blocks()] == [x.poses for x in a.store.blocks()]
+    assert check_block_poses(b, {frames[6].stamp_ns}) > 0

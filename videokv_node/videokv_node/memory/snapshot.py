@@ -103,6 +103,7 @@ __all__ = [
 # with no poses.
 SNAPSHOT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
+SEGMENTED_VERSIONS = (2, 3)  # stored as segments + state file (version 1: one kv.safetensors)
 FORMAT = "videokv-memory-snapshot"
 STATE = "state.safetensors"
 TENSORS_V1 = "kv.safetensors"
@@ -313,7 +314,8 @@ def _base_index(engine: "VideoMemoryEngine", base: Path | None) -> tuple[dict[in
         return {}, {}
     try:
         manifest = json.loads((Path(base) / MANIFEST).read_text())
-        if manifest.get("version") != 2 or manifest.get("model", {}).get("fingerprint") != engine.adapter.fingerprint():
+        # Versions 2 and 3 share the segment layout (3 adds poses, which live in the manifest, rewritten each time).
+        if manifest.get("version") not in SEGMENTED_VERSIONS or manifest.get("model", {}).get("fingerprint") != engine.adapter.fingerprint():
             return {}, {}
         segments = {name: rec for name, rec in manifest["segments"].items() if (Path(base) / name).is_file()}
         blocks = {int(e["id"]): (e["segment"], int(e["revision"])) for e in manifest["blocks"] if e["segment"] in segments}
