@@ -116,7 +116,7 @@ def render(results: dict[str, list[Row]], info: dict) -> str:
         ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(info['load_end'])} at end"],
     ])
     parts = []
-    head = ["row", "frames in context", "locate method", f"locate recall@1", f"recall@{TOP_K}",
+    head = ["row", "frames in context", "locate method", "locate recall@1", f"recall@{TOP_K}",
             "top-1 distance from span, s (mean)", "evidence span recall", "evidence in span",
             "locate ms (p50)", "ask TTFT ms (p50)", "TTFT / locate"]
     for model, rows in results.items():

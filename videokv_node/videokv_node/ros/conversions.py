@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
 
@@ -91,10 +89,6 @@ def pose_fields(msg) -> tuple[int, str, tuple[float, float, float], tuple[float,
     pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose  # Odometry, PoseWithCovariance: .pose.pose
     p, q = pose.position, pose.orientation
     return time_to_ns(msg.header.stamp), msg.header.frame_id, (p.x, p.y, p.z), (q.x, q.y, q.z, q.w)
-
-
-def all_finite(values) -> bool:
-    return all(math.isfinite(v) for v in values)
 
 
 def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: int, model: str, device: str,
