@@ -13,7 +13,9 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
@@ -64,6 +66,7 @@ def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
         "pose_topic": "odom",  # pose_type auto: the node reads the type from the graph
         "pose_tolerance_s": 0.1,
         "locate_max_k": 5,
+        "diagnostics_period_s": 0.3,
     }
     with running_node(ros, params, "videokv_pose") as (proc, client, peer):
         pub_odom = peer.create_publisher(Odometry, "/odom", RELIABLE)
@@ -112,6 +115,22 @@ def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
             assert pose.header.frame_id == by_stamp[s].header.frame_id and pose.pose == by_stamp[s].pose
         window = client.locate("a red box", top_k=5, since_ns=11 * NS, until_ns=13 * NS)
         assert window.success and {time_to_ns(t) for t in window.stamps} == {11 * NS + 230_000_000, 12 * NS}
+
+        # /diagnostics counts it all: 5 frames with a pose, 1 without, both bad poses dropped.
+        got_status = []
+        peer.create_subscription(DiagnosticArray, "/diagnostics",
+                                 lambda m: got_status.extend(s for s in m.status if s.name == "videokv: poses"), 10)
+        executor = SingleThreadedExecutor(context=ros[1])
+        executor.add_node(peer)
+        deadline = time.monotonic() + 30
+        while not got_status and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.2)
+        executor.remove_node(peer)
+        assert got_status, "no 'videokv: poses' status on /diagnostics"
+        values = {kv.key: kv.value for kv in got_status[-1].values}
+        assert (values["frames_with_pose"], values["frames_without_pose"]) == ("5", "1"), values
+        assert (values["dropped_non_finite"], values["dropped_backwards"]) == ("1", "1"), values
+        assert got_status[-1].level == DiagnosticStatus.WARN  # the newest frame (20 s) got no pose
 
         for request, reason in (((" ", 3), "empty"), (("a red box", 0), "top_k"), (("a red box", 6), "locate_max_k"),
                                 (("a red box", 2, ["cam_z"]), "no frames")):

@@ -616,7 +616,7 @@ class VideoKVMixin:
         with self._lock:
             counters = dict(self._counters)
         snapshots = self._snapshotter
-        diagnostics.publish(counters, engine, worker, snapshots=snapshots)
+        diagnostics.publish(counters, engine, worker, snapshots=snapshots, poses=self._poses)
 
     # --- run-time parameters (params.RUNTIME) -------------------------------
     def parameters_callback(self, params) -> SetParametersResult:

@@ -69,6 +69,7 @@ class PoseIntake:
         self.config = config
         self.history = PoseHistory(config)
         self._sub = self._timer = self._tf = None
+        self.last_frame_had_pose: bool | None = None  # None until a frame asks (/diagnostics "videokv: poses")
         self._group = MutuallyExclusiveCallbackGroup()
         if config.pose_source == "tf":
             self._tf = _TfLookup(node, config, self.history.counters)
@@ -86,6 +87,7 @@ class PoseIntake:
     def pose_at(self, stamp_ns: int) -> Pose | None:
         """The robot's pose at a frame's stamp, or None (counted, warned at most every few seconds)."""
         pose = self._tf.pose_at(stamp_ns) if self._tf is not None else self.history.at(stamp_ns)
+        self.last_frame_had_pose = pose is not None
         if pose is None:
             span = self.history.span_ns()
             where = "no pose received yet" if span is None and self._tf is None else (
