@@ -48,3 +48,23 @@ def test_distance_recall_and_in_span_by_hand():
     assert in_span([], spans) is None and span_recall([5 * S], []) is None
     with pytest.raises(ValueError):
         distance_s(0, [])
+
+
+def test_results_carry_grounding_per_question_and_in_the_summary(tmp_path):
+    import csv
+
+    from videokv_node.eval.results import QuestionResult, ResultWriter
+
+    writer = ResultWriter(tmp_path / "out", config={})
+    base = dict(video_id="v", question="q", answer="A", prediction="x", option_index=0, correct=True, ttft_s=0.1,
+                total_s=0.2, encode_ms_total=1.0, frames_in_memory=3, tokens_resident=10, bytes_resident=1,
+                bytes_offloaded=0)
+    writer.add(QuestionResult(**base, span_recall=1.0, in_span=0.25))
+    writer.add(QuestionResult(**base, span_recall=0.0, in_span=0.0))
+    writer.add(QuestionResult(**base))  # no ground truth
+    summary = writer.finish()
+    assert summary["grounding"] == {"n": 2, "span_recall": 0.5, "in_span": 0.125}
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["span_recall"], r["in_span"]) for r in rows] == [("1.0000", "0.2500"), ("0.0000", "0.0000"), ("", "")]
+    assert "evidence reached 0.50 of the spans, 0.12 of the evidence frames" in (tmp_path / "out" / "report.md").read_text()

@@ -269,8 +269,13 @@ def _report(summary: dict, plots: list[tuple[str, str]]) -> str:
         f"{_fmt(summary['ingest_ms_per_frame']['p95'], 1, ' ms')}",
         f"- peak KV memory: {summary['peak_bytes_resident'] / 2**20:.2f} MiB resident, "
         f"{summary['peak_bytes_offloaded'] / 2**20:.2f} MiB offloaded",
-        "",
     ]
+    g = summary.get("grounding") or {}
+    if g.get("n"):
+        inside = "n/a" if g["in_span"] is None else f"{g['in_span']:.2f}"
+        lines.append(f"- temporal grounding over {g['n']} questions with ground-truth spans: evidence reached "
+                     f"{g['span_recall']:.2f} of the spans, {inside} of the evidence frames lie in one")
+    lines.append("")
     if summary["accuracy_per_question_type"]:
         lines += ["| question type | accuracy | n |", "|---|---|---|"]
         lines += [f"| {t} | {v['accuracy']:.3f} | {v['n']} |" for t, v in summary["accuracy_per_question_type"].items()]
