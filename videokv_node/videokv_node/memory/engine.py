@@ -73,8 +73,9 @@ class VideoMemoryEngine:
         self.last_layer_stamps: list[list[int]] = []  # per layer, stamps of the frames the last question attended to
         self._context_len = 0  # largest per-layer context (sink included) of the last question
         # Poses of frames by (camera, stamp): filled from Frame.pose at ingest, read when a block is
-        # made (a policy may build a block from frames received earlier), pruned after each ingest
-        # to the frames still pending or in memory. Blocks keep their own copy (FrameBlock.poses).
+        # made (a policy may build a block from frames received earlier), pruned after evictions to
+        # the frames still in memory or waiting (``_prune_poses``). Blocks keep their own copy
+        # (FrameBlock.poses), the evidence and snapshots read that.
         self._frame_poses: dict[tuple[str, int], Pose] = {}
         self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
@@ -166,7 +167,8 @@ class VideoMemoryEngine:
         self._frame_poses = {(c, s): p for (c, s), p in self._frame_poses.items() if (c, s) in live or s > newest.get(c, -1)}
 
     def pending_poses(self) -> dict[tuple[str, int], Pose]:
-        """Poses of frames received but cited by no block yet (an open segment); snapshots keep them."""
+        """Poses of frames received but cited by no block yet (an open segment, MuKV's partial one);
+        snapshots keep them."""
         cited = {(b.camera, s) for b in self.store.blocks() for s in b.stamps_ns}
         return {k: p for k, p in self._frame_poses.items() if k not in cited}
 
