@@ -268,7 +268,8 @@ local window {WINDOW_FRAMES} frames; `rekv`, `streamkv` and `mukv` offload to a 
 ({OFFLOAD_FRAMES} uncompressed frames, {cfg.page_tokens}-token pages, so that no policy pays padding); `full` and
 `hermes` never offload. `full` is full attention *within the budget*: past {RESIDENT_FRAMES} frames it
 evicts the oldest. `rekv` retrieves {cfg.retrieve_frames} frames per layer besides the recent window. All
-other hyper-parameters are the papers' defaults (`videokv_node/memory/config.py`).
+other hyper-parameters are the `robot` preset's (`videokv_node/memory/config.py`), which departs from
+the papers where docs/POLICIES.md ("Presets") says (ReKV's paper: 64 frames over all blocks, no recent window).
 `rekv+tgvkv` is `rekv` with TGV-KV's question stage (keeps {cfg.tgvkv.keep_ratio:.0%} of the context for
 decoding; multiple-choice answers skip it).
 
