@@ -278,3 +278,18 @@ def test_live_pseudo_queries_differ_from_the_prompt_only_probe(tiny_adapter64):
         kept[mode] = sorted((b.order, int(i)) for b in e.store.blocks() if b.kind != "summary" and b.layers[deep] is not None
                             for i in b.layers[deep].index)
     assert kept["probe"] != kept["live"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_paper_preset_runs_on_both_model_families(tiny_adapter, tiny_qwen, policy):
+    """The paper values hold on the tiny LLaVA-OV and Qwen2.5-VL (mRoPE); HERMES compresses with live queries."""
+    for a in (tiny_adapter, tiny_qwen):
+        T, S = a.tokens_per_frame, len(a.prefix_ids())
+        explicit = {"budget_tokens": S + 4 * T + 2, "local_window_tokens": T, "hermes.chunk_frames": 1} if policy == "hermes" else {}
+        e = VideoMemoryEngine(a, preset_memory_config("paper", policy, **explicit), GenerationConfig(max_new_tokens=2))
+        for f in scene(6, seed=1):
+            e.ingest([f])
+        answer = e.ask(Question("what is there?", max_new_tokens=2))
+        assert answer.evidence
+        if policy == "hermes":
+            assert e.policy.compressions >= 1
