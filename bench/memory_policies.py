@@ -7,7 +7,7 @@
 One engine per case (``CASES``), all over the tiny LLaVA-OneVision, all with the
 same resident budget (the prompt sink plus ``RESIDENT_FRAMES`` frames of
 tokens), the same local window and, for the policies that offload, the same
-host arena. Everything else is the policy's paper default. The engines are fed
+host arena. Everything else is the `robot` preset (config/memory.yaml: where it departs from the paper, docs/POLICIES.md "Presets"). The engines are fed
 the same frames, chunk by chunk in turn, so that a change of machine load
 falls on every case alike. At each checkpoint (frames streamed so far) each
 engine's ingest samples since the previous checkpoint are summarised, each
@@ -112,7 +112,7 @@ class Measurement:
 
 
 def memory_config(adapter: LlavaOnevisionAdapter, case: Case) -> MemoryConfig:
-    """The shared budget; the policy's own hyper-parameters stay at their paper defaults."""
+    """The shared budget; the policy's own hyper-parameters stay at the robot preset's defaults."""
     sink, per_frame = len(adapter.prefix_ids()), adapter.tokens_per_frame
     return MemoryConfig(
         policy=case.policy,
