@@ -19,7 +19,7 @@ question's context (besides the prompt sink), set per policy through its own kno
   oldest-first, so with every needle in the first half of the stream a budget of at most 50%
   keeps none of them, which is chance by construction.)
 - ``rekv``, ``streamkv``: retrieve k frames per layer (``retrieve_frames``), everything else
-  offloaded; StreamKV keeps its paper defaults otherwise (summary frames, 60% compression).
+  offloaded; StreamKV keeps its robot defaults otherwise (summary frames, 60% compression, as the paper; the robot preset's departures: docs/POLICIES.md "Presets").
 - ``hermes``: resident budget of k frames plus its summary token, compressing after every
   frame (``chunk_frames`` 1: the paper's 16-frame chunks cannot fit a budget of one frame).
 - ``mukv``: the paper's retrieval counts (20 patch, 32 frame, 12 segment blocks, 8.3K tokens

@@ -17,7 +17,12 @@ for videokv-tiny) are fed to:
   evicted): what a memory gives without choosing;
 - every policy at each budget ``b`` (share of the stream's frames whose tokens the question
   attends to, set per policy as in ``bench/accuracy.py``'s ``memory_config``, the "robot"
-  settings of config/memory.yaml scaled to the stream).
+  settings of config/memory.yaml scaled to the stream), under each preset of ``--presets``:
+  ``paper`` (``memory/presets.py``) adds each seed's mechanisms and values except those the
+  cell sets to fit the budget (``CELL_KEYS``: budget, window, retrieval counts, HERMES' chunk,
+  TGV-KV's keep ratio, MuKV's counts): ReKV retrieving over all blocks with the question's
+  tokens and no recent window, StreamKV's mean-feature similarity, HERMES' schedule and live
+  pseudo-queries.
 
 Multiple choice is scored as the node does by default (``answer.option_scoring:
 likelihood``). Per row: accuracy with its 95% Wilson interval, and **needle recall**
@@ -34,6 +39,7 @@ The section lies between ``BEGIN`` and ``END`` in docs/BENCHMARKS.md (one per mo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import shlex
@@ -53,6 +59,8 @@ from videokv_node.eval.needles import NeedleStream, make_streams
 from videokv_node.eval.recall import needle_recall
 from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.config import PRESETS
+from videokv_node.memory.presets import preset_values
 
 REPO = Path(__file__).resolve().parent.parent
 MARKERS = {
@@ -68,6 +76,9 @@ STREAMS = 8  # x 8 questions = 64 per cell (text); visual streams have 4 questio
 VISUAL_STREAMS = 16
 CEILING_DISTRACTORS = 4
 THREADS = 1  # see bench/accuracy.py
+# Values a cell sets to fit its budget to the stream: they win over a preset's (explicit values win).
+CELL_KEYS = frozenset({"budget_tokens", "local_window_tokens", "retrieve_frames", "streamkv.retrieve_frames",
+                       "hermes.chunk_frames", "tgvkv.keep_ratio"})
 
 
 @dataclass(slots=True)
@@ -103,6 +114,21 @@ def recency_config(k: int, T: int, sink: int) -> MemoryConfig:
                         offload_bytes=OFFLOAD_BYTES)
 
 
+def with_preset(cfg: MemoryConfig, preset: str) -> MemoryConfig:
+    """``cfg`` (a cell's robot configuration) with ``preset``'s values for its policy, except ``CELL_KEYS``
+    and MuKV's (its cell scales the paper's retrieval counts already)."""
+    out = dataclasses.replace(cfg, preset=preset)
+    for name, value in preset_values(preset, cfg.policy).items():
+        if name in CELL_KEYS or name.startswith("mukv."):
+            continue
+        section, _, leaf = name.rpartition(".")
+        if section:
+            out = dataclasses.replace(out, **{section: dataclasses.replace(getattr(out, section), **{leaf: value})})
+        else:
+            out = dataclasses.replace(out, **{leaf: value})
+    return out
+
+
 def ask_all(engine: VideoMemoryEngine, stream, row: Row) -> None:
     for q in stream.questions:
         answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
@@ -114,15 +140,18 @@ def ask_all(engine: VideoMemoryEngine, stream, row: Row) -> None:
         row.ttft_s.append(answer.ttft_s)
 
 
-def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...], log) -> list[Row]:
+def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...], log,
+               presets: tuple[str, ...] = ("robot",)) -> list[Row]:
     n = len(streams[0].frames)
     T, sink = adapter.tokens_per_frame, len(adapter.prefix_ids())
     rows = {"full": Row("full", n), "ceiling": Row("ceiling (needles + 4 distractors)", 0)}
+    named = presets != ("robot",)
     for b in budgets:
         k = max(1, round(b * n))
         rows[f"recency@{b}"] = Row(f"recency @ {b:.0%}", k)
         for p in policies:
-            rows[f"{p}@{b}"] = Row(f"{p} @ {b:.0%}", k)
+            for preset in presets:
+                rows[f"{p}/{preset}@{b}"] = Row(f"{p} ({preset}) @ {b:.0%}" if named else f"{p} @ {b:.0%}", k)
     for i, stream in enumerate(streams):
         t0 = time.perf_counter()
         frames = stream_frames(stream)
@@ -133,7 +162,8 @@ def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tup
         for b in budgets:
             k = max(1, round(b * n))
             plan.append((f"recency@{b}", recency_config(k, T, sink), frames))
-            plan += [(f"{p}@{b}", memory_config(p, b, k, n, T, sink), frames) for p in policies]
+            plan += [(f"{p}/{preset}@{b}", with_preset(memory_config(p, b, k, n, T, sink), preset), frames)
+                     for p in policies for preset in presets]
         for key, cfg, feed in plan:
             engine = VideoMemoryEngine(adapter, cfg, GenerationConfig())
             for frame in feed:
@@ -179,8 +209,9 @@ Generated by the command below; regenerate rather than edit. Method: `bench/long
 
 {info['streams']} streams per length, {info['questions']} questions per row and length, asked after the
 last frame; multiple choice by likelihood (the node's default). Budgets are shares of the stream's frames
-attended by the question. The `paper` presets of issue 15 are not implemented yet: every policy runs the
-robot settings (bench/accuracy.py's `memory_config`).
+attended by the question. Presets: {info['presets']} (`robot`: bench/accuracy.py's `memory_config`; `paper`: the
+same cell with each seed's mechanisms and values from `memory/presets.py` except what the cell sets to fit the
+budget: see `bench/long_stream.py`).
 
 {tables}
 """
@@ -198,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=None, help=f"streams per length (default {STREAMS}; {VISUAL_STREAMS} visual)")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--presets", default="robot", help=f"comma-separated memory.preset values for the policy rows: {', '.join(PRESETS)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="docs/BENCHMARKS.md", help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
@@ -205,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     lengths = tuple(int(x) for x in (args.lengths or ",".join(map(str, VISUAL_LENGTHS if visual else LENGTHS))).split(","))
     budgets = tuple(float(b) for b in args.budgets.split(","))
     policies = tuple(p for p in args.policies.split(",") if p)
+    presets = tuple(p for p in args.presets.split(",") if p)
+    if not presets or not set(presets) <= set(PRESETS):
+        parser.error(f"--presets must be a non-empty subset of {PRESETS}")
     if not set(policies) <= set(POLICIES) or not all(0 < b < 1 for b in budgets):
         parser.error(f"--policies must be a subset of {POLICIES} and --budgets shares in (0, 1)")
     n_streams = args.streams or (VISUAL_STREAMS if visual else STREAMS)
@@ -216,10 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for n in lengths:
         streams = (make_visual_streams if visual else make_streams)(n_streams, n, args.seed)
-        results[n] = run_length(adapter, streams, budgets, policies, log)
+        results[n] = run_length(adapter, streams, budgets, policies, log, presets)
     first = results[lengths[0]][0]
     info = dict(machine=machine, command=command, niceness=os.nice(0), seed=args.seed, wall_s=time.perf_counter() - t0,
-                load_end=os.getloadavg(), model=args.model, streams=n_streams, questions=len(first.correct),
+                load_end=os.getloadavg(), model=args.model, presets=", ".join(f"`{p}`" for p in presets), streams=n_streams, questions=len(first.correct),
                 title="videokv-tiny, visual needles" if visual else "SmolLM2, text needles")
     section = render(results, info)
     if args.out == "-":

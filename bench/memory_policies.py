@@ -7,7 +7,7 @@
 One engine per case (``CASES``), all over the tiny LLaVA-OneVision, all with the
 same resident budget (the prompt sink plus ``RESIDENT_FRAMES`` frames of
 tokens), the same local window and, for the policies that offload, the same
-host arena. Everything else is the policy's paper default. The engines are fed
+host arena. Everything else is the `robot` preset (config/memory.yaml: where it departs from the paper, docs/POLICIES.md "Presets"). The engines are fed
 the same frames, chunk by chunk in turn, so that a change of machine load
 falls on every case alike. At each checkpoint (frames streamed so far) each
 engine's ingest samples since the previous checkpoint are summarised, each
@@ -112,7 +112,7 @@ class Measurement:
 
 
 def memory_config(adapter: LlavaOnevisionAdapter, case: Case) -> MemoryConfig:
-    """The shared budget; the policy's own hyper-parameters stay at their paper defaults."""
+    """The shared budget; the policy's own hyper-parameters stay at the robot preset's defaults."""
     sink, per_frame = len(adapter.prefix_ids()), adapter.tokens_per_frame
     return MemoryConfig(
         policy=case.policy,
@@ -268,7 +268,8 @@ local window {WINDOW_FRAMES} frames; `rekv`, `streamkv` and `mukv` offload to a 
 ({OFFLOAD_FRAMES} uncompressed frames, {cfg.page_tokens}-token pages, so that no policy pays padding); `full` and
 `hermes` never offload. `full` is full attention *within the budget*: past {RESIDENT_FRAMES} frames it
 evicts the oldest. `rekv` retrieves {cfg.retrieve_frames} frames per layer besides the recent window. All
-other hyper-parameters are the papers' defaults (`videokv_node/memory/config.py`).
+other hyper-parameters are the `robot` preset's (`videokv_node/memory/config.py`), which departs from
+the papers where docs/POLICIES.md ("Presets") says (ReKV's paper: 64 frames over all blocks, no recent window).
 `rekv+tgvkv` is `rekv` with TGV-KV's question stage (keeps {cfg.tgvkv.keep_ratio:.0%} of the context for
 decoding; multiple-choice answers skip it).
 

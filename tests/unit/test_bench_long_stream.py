@@ -33,3 +33,27 @@ def test_smoke_run_prints_every_row(capsys):
     for row in ("| full |", "| ceiling", "| recency @ 20% |", "| rekv @ 20% |"):
         assert row in out
     assert "needles all attended" in out and "8/8" in out  # full attends every needle
+
+
+def test_paper_cells_keep_their_budget_and_take_the_seeds_mechanisms():
+    from bench.accuracy import memory_config
+
+    for policy in ("rekv", "streamkv", "hermes", "mukv"):
+        robot = memory_config(policy, 0.1, 8, 80, 24, 50)
+        paper = long_stream.with_preset(robot, "paper")
+        assert paper.preset == "paper"
+        assert (paper.budget_tokens, paper.local_window_tokens, paper.retrieve_frames) == (
+            robot.budget_tokens, robot.local_window_tokens, robot.retrieve_frames)
+        assert paper.mukv == robot.mukv and paper.hermes.chunk_frames == robot.hermes.chunk_frames
+    assert long_stream.with_preset(memory_config("rekv", 0.1, 8, 80, 24, 50), "paper").rekv.query == "question"
+    h = long_stream.with_preset(memory_config("hermes", 0.1, 8, 80, 24, 50), "paper").hermes
+    assert (h.pseudo_queries, h.recency_rate_deep) == ("live", 0.5)
+    assert long_stream.with_preset(memory_config("streamkv", 0.1, 8, 80, 24, 50), "paper").streamkv.similarity == "mean"
+
+
+def test_smoke_run_with_both_presets(capsys):
+    assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "1", "--policies", "rekv,hermes",
+                             "--presets", "robot,paper", "--budgets", "0.3", "--out", "-"]) == 0
+    out = capsys.readouterr().out
+    for row in ("| rekv (robot) @ 30% |", "| rekv (paper) @ 30% |", "| hermes (paper) @ 30% |"):
+        assert row in out

@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers.cache_utils import DynamicCache
 
 from tests.unit.helpers import scene
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
@@ -296,7 +297,7 @@ def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
 def test_tgvkv_keeps_text_first_within_budgets_proportional_to_text_vision_attention(tiny_adapter):
     """TVB budgets sum to ceil(ratio x entries), TPR keeps every text token while vision is kept, and
     the kept vision tokens are the top ones by text-weighted attention (checked on the evicted cache)."""
-    from videokv_node.memory.scoring.tgvkv import tv_budgets
+    from tests.unit.test_selection_references import _water_fill
 
     e = engine(tiny_adapter, "full", 200, 2, 0, budget_tokens=100_000, question_stage="tgvkv")
     e.config.tgvkv.keep_ratio = 0.7  # enough for all text in some layers and part of the video
@@ -325,7 +326,7 @@ def test_tgvkv_keeps_text_first_within_budgets_proportional_to_text_vision_atten
     assert sum(budgets) == math.ceil(0.7 * sum(before))
     assert any(n > s + nq for n in budgets) and all(n < b for n, b in zip(budgets, before))
     tv = torch.tensor([float(seen["rows"][l][:, s : before[l] - nq].sum()) for l in range(len(before))])
-    assert budgets == tv_budgets(tv, sum(budgets), caps=before, floor=[1] * len(before))
+    assert budgets == _water_fill(tv.tolist(), sum(budgets), [1] * len(before), before)  # the test's own TVB
     for l, n in enumerate(budgets):
         kept = seen["after"][l][0]  # (H, n, D)
         assert kept.shape[1] == n
@@ -361,7 +362,17 @@ def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tin
     # Keys where a question would see them (lazy: their logical positions), after the sink.
     keys = torch.cat([tiny_adapter.rotate_keys(kv.keys, kv.logical - b.positions[:, kv.index]) for b, kv in held], dim=1)
     keys = torch.cat([e.sink.keys[deep], keys], dim=1).float()  # (H_kv, S + N, D)
-    q = e.policy.pseudo[deep]  # (n, H_q, D) pre-RoPE
+    # The probe's queries, read here from the model's own q_proj in one plain pass over [prompt, pseudo query].
+    lm = tiny_adapter.model.model.language_model
+    got = {}
+    hook = lm.layers[deep].self_attn.q_proj.register_forward_hook(lambda m, i, o: got.__setitem__("q", o[0]))
+    p_ids = tiny_adapter.prefix_ids() + tiny_adapter.text_ids(e.config.hermes.pseudo_query)
+    try:
+        with torch.no_grad():
+            tiny_adapter.forward(tiny_adapter.embed_tokens(p_ids), tiny_adapter.text_positions(0, len(p_ids)), DynamicCache(), logits=False)
+    finally:
+        hook.remove()
+    q = got["q"][len(tiny_adapter.prefix_ids()) :].view(-1, geo.n_q_heads, geo.head_dim)  # (n, H_q, D) pre-RoPE
     q = tiny_adapter.rotate_keys(q.transpose(0, 1), tiny_adapter.text_positions(next_pos, q.shape[0])).float()  # (H_q, n, D)
     k = keys.repeat_interleave(geo.n_q_heads // geo.n_kv_heads, dim=0)
     attn = torch.softmax(q @ k.transpose(1, 2) / geo.head_dim**0.5, dim=-1).mean(dim=(0, 1))[e.sink.n_tokens :]

@@ -2,7 +2,9 @@
 
 One dictionary (``memory.policy``, ``memory.budget_tokens``, ``sample_fps``, ``model``,
 ...) configures both replay paths: ``--via ros`` writes it into the node's parameter
-file as is, ``--via engine`` builds the same dataclasses from it here. The mapping
+file as is, ``--via engine`` builds the same dataclasses from it here; ``memory.preset`` gives
+the defaults of the memory's parameters for the policy, a parameter given explicitly wins
+(``memory/presets.py``). The mapping
 mirrors ``ros/params.py`` (which imports rclpy, so the library cannot use it): a
 nested dataclass field becomes a dotted section, SamplerConfig's fields take the
 ``sample_`` prefix.
@@ -14,6 +16,7 @@ from dataclasses import dataclass, fields, is_dataclass
 
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.presets import preset_values
 
 # Node parameters the engine path needs too; every other node parameter is the ROS path's business.
 MODEL_KEYS = {"model": "videokv-tiny", "device": "auto", "dtype": "auto", "seed": 0, "torch_threads": 0}
@@ -83,6 +86,10 @@ def engine_settings(params: dict) -> EngineSettings:
         raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; see config/memory.yaml for the names")
     model = {k: params.get(k, v) for k, v in MODEL_KEYS.items()}
     try:
+        # memory.preset's values for the policy, then the explicit parameters over them (memory/presets.py).
+        memory_defaults = MemoryConfig()
+        preset = preset_values(str(params.get("memory.preset", memory_defaults.preset)), str(params.get("memory.policy", memory_defaults.policy)))
+        params = {**{"memory." + k: v for k, v in preset.items()}, **params}
         sampler, memory, generation = (_build(p, c, params) for p, c in _SECTIONS)
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc

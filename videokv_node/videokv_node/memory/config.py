@@ -3,8 +3,10 @@
 The ROS parameters map onto these dataclasses in one place
 (``videokv_node.ros.params``: a nested dataclass ``memory.streamkv`` becomes
 the parameters ``memory.streamkv.*``); the library never reads ROS parameters.
-Each policy's hyper-parameters default to the values of its paper; the
-comments say where a value comes from, and where the paper gave none and we chose.
+The defaults are the ``robot`` preset (memory-conscious, today's node); the
+``paper`` preset (``memory/presets.py``) gives each seed's own values and
+mechanisms. The comments say where a value comes from, where the paper gave
+none and we chose, and where ``robot`` departs from the paper.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 POLICIES = ("full", "rekv", "streamkv", "hermes", "mukv")
+PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
+REKV_QUERIES = ("prompt", "question")
+SIMILARITIES = ("tokens", "mean")
+HERMES_PSEUDO_MODES = ("probe", "live")
+HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
 QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")
 GRANULARITIES = ("patch", "frame", "segment")
@@ -27,6 +34,11 @@ STREAMKV_GUIDANCE = (
 )
 # HERMES replaces the unknown question by a generic one while streaming (paper 3.3, "pseudo query").
 HERMES_PSEUDO_QUERY = "What is happening in the video? Describe the objects, people, actions and events."
+# HERMES' public script (predict_next_question, no conversation history yet): the local query
+# scores shallow layers (unused there: their recency weight is 1), the global one deep layers,
+# and "local; global" (its "mixed" query) middle layers.
+HERMES_LOCAL_QUERY = "Describe the current scene in detail, focusing on specific objects, fine-grained actions, and spatial relationships."
+HERMES_GLOBAL_QUERY = "Summarize the video narrative, identifying main characters, key events, timeline changes, and the overall theme."
 
 
 class ConfigError(ValueError):
@@ -40,10 +52,23 @@ def _check_fraction(prefix: str, name: str, value: float, low_open: bool = False
 
 
 @dataclass(slots=True)
+class ReKVConfig:
+    """ReKV (the baseline; Di et al., ICLR 2025, public code Becomebright/ReKV), its question-time choices."""
+
+    query: str = "prompt"  # retrieval query: mean over the whole prompt's tokens (robot) or the question's own tokens (paper, ReKV's code)
+    question_window: bool = True  # robot: the recent frames within local_window_tokens always attended; paper (False): init tokens + top-k over all blocks
+
+    def __post_init__(self) -> None:
+        if self.query not in REKV_QUERIES:
+            raise ConfigError(f"memory.rekv.query must be one of {REKV_QUERIES}, got {self.query!r}")
+
+
+@dataclass(slots=True)
 class StreamKVConfig:
     """StreamKV (seed 000); defaults from its experimental setup."""
 
     similarity_threshold: float = 0.99  # adjacent-frame cosine below this starts a segment
+    similarity: str = "tokens"  # tokens: cosine of the flattened (T, D) features (Eq. 1 as written); mean: of the token means (StreamKV's code)
     min_segment_frames: int = 4  # m: the exclusion window, segments are at least this long
     max_segment_frames: int = 64  # M: beyond it the most similar adjacent pair is merged
     summary_frames: bool = True  # a summary frame (mean of the segment) per segment, never compressed
@@ -54,6 +79,8 @@ class StreamKVConfig:
     def __post_init__(self) -> None:
         p = "memory.streamkv"
         _check_fraction(p, "similarity_threshold", self.similarity_threshold)
+        if self.similarity not in SIMILARITIES:
+            raise ConfigError(f"{p}.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
         if self.min_segment_frames < 1 or self.max_segment_frames < self.min_segment_frames:
             raise ConfigError(f"{p}: need 1 <= min_segment_frames <= max_segment_frames")
         if not 0.0 <= self.compression_ratio < 1.0:
@@ -71,8 +98,10 @@ class HermesConfig:
     shallow_ratio: float = 0.1  # share of layers that are sensory memory (paper: 10% shallow / 60% middle / 30% deep)
     deep_ratio: float = 0.3  # share of layers that are long-term memory
     recency_rate: float = 20.0  # forgetting curve exp(-rate * age / oldest age), as HERMES' public script (exp(-20 d / (N-1)))
-    omega0: float = 1.0  # middle-layer recency weight at the shallow boundary (ours)
-    omega_gamma: float = 1.0  # its decrease to the deep boundary: omega = omega0 - gamma * depth (ours)
+    recency_rate_deep: float = 20.0  # middle layers' rate moves linearly from recency_rate to this (script: 20 -> 0.5; robot: fixed 20)
+    omega0: float = 1.0  # middle-layer recency weight at the shallow boundary (ours; script 1.0)
+    omega_gamma: float = 1.0  # its decrease to the deep boundary: omega = omega0 - gamma * depth (ours; script 0.9)
+    schedule_end: str = "last_middle"  # where depth reaches 1: the last middle layer (ours) or the first deep one (script)
     smoothing_shallow: float = 0.1  # lambda of cross-layer smoothing s_l <- (1-lambda) s_l + lambda s_{l+1},
     smoothing_middle: float = 0.3  #   per layer role, from HERMES' public script
     smoothing_deep: float = 0.4
@@ -80,7 +109,10 @@ class HermesConfig:
     summary_token: bool = True  # pruned deep-layer tokens folded into one summary token per layer
     reindex: str = "lazy"  # lazy (streaming, paper's choice for streams) or eager (offline)
     reindex_at: float = 0.9  # lazy: re-index when positions pass this share of the model's maximum (ours)
-    pseudo_query: str = HERMES_PSEUDO_QUERY  # generic question scoring deep/middle layers while streaming
+    pseudo_query: str = HERMES_PSEUDO_QUERY  # probe mode: one generic question scoring deep and middle layers
+    pseudo_queries: str = "probe"  # probe: pseudo_query read once after the sink (ours); live: local/global/mixed run over the live cache (script)
+    local_query: str = HERMES_LOCAL_QUERY  # live mode: with global_query, the "mixed" query of middle layers ("local; global")
+    global_query: str = HERMES_GLOBAL_QUERY  # live mode: the query of deep layers
 
     def __post_init__(self) -> None:
         p = "memory.hermes"
@@ -88,8 +120,12 @@ class HermesConfig:
         _check_fraction(p, "deep_ratio", self.deep_ratio)
         if self.shallow_ratio + self.deep_ratio > 1.0:
             raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
-        if self.recency_rate <= 0:
-            raise ConfigError(f"{p}.recency_rate must be > 0")
+        if self.recency_rate <= 0 or self.recency_rate_deep <= 0:
+            raise ConfigError(f"{p}.recency_rate and recency_rate_deep must be > 0")
+        if self.schedule_end not in HERMES_SCHEDULE_ENDS:
+            raise ConfigError(f"{p}.schedule_end must be one of {HERMES_SCHEDULE_ENDS}, got {self.schedule_end!r}")
+        if self.pseudo_queries not in HERMES_PSEUDO_MODES:
+            raise ConfigError(f"{p}.pseudo_queries must be one of {HERMES_PSEUDO_MODES}, got {self.pseudo_queries!r}")
         if self.chunk_frames < 1:
             raise ConfigError(f"{p}.chunk_frames must be >= 1")
         for role in ("shallow", "middle", "deep"):
@@ -97,8 +133,9 @@ class HermesConfig:
         _check_fraction(p, "reindex_at", self.reindex_at, low_open=True)
         if self.reindex not in ("lazy", "eager"):
             raise ConfigError(f"{p}.reindex must be lazy or eager, got {self.reindex!r}")
-        if not self.pseudo_query.strip():
-            raise ConfigError(f"{p}.pseudo_query must not be empty")
+        for name in ("pseudo_query", "local_query", "global_query"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"{p}.{name} must not be empty")
 
 
 @dataclass(slots=True)
@@ -150,7 +187,11 @@ class TGVKVConfig:
 
 @dataclass(slots=True)
 class MemoryConfig:
+    """The memory engine's configuration. Defaults are the ``robot`` preset; ``presets.preset_memory_config``
+    builds the ``paper`` one (a value given explicitly wins over the preset's)."""
+
     policy: str = "rekv"  # one of POLICIES; chosen at start, never changed at run time
+    preset: str = "robot"  # robot or paper: which defaults the other fields were given (memory/presets.py); recorded, never read by policies
     question_stage: str = "none"  # none or tgvkv: eviction of the assembled context after the question's prefill
     budget_tokens: int = 16384  # cap on KV tokens resident on the model's device, prompt sink included (per layer)
     offload_bytes: int = 1 << 30  # cap on host RAM for offloaded KV blocks, allocated once at start
@@ -163,6 +204,7 @@ class MemoryConfig:
     restore_on_start: str = ""  # snapshot name loaded at start if it exists; "latest": the newest good periodic one; "" = start empty
     snapshot_period_s: float = 0.0  # a periodic snapshot into snapshot_dir every this many seconds (node clock); 0 = off
     snapshot_keep: int = 3  # periodic snapshots kept (the newest); older ones are deleted after each good write
+    rekv: ReKVConfig = field(default_factory=ReKVConfig)
     streamkv: StreamKVConfig = field(default_factory=StreamKVConfig)
     hermes: HermesConfig = field(default_factory=HermesConfig)
     mukv: MuKVConfig = field(default_factory=MuKVConfig)
@@ -171,6 +213,8 @@ class MemoryConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ConfigError(f"memory.policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.preset not in PRESETS:
+            raise ConfigError(f"memory.preset must be one of {PRESETS}, got {self.preset!r}")
         if self.question_stage not in QUESTION_STAGES:
             raise ConfigError(f"memory.question_stage must be one of {QUESTION_STAGES}, got {self.question_stage!r}")
         for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens"):

@@ -28,6 +28,7 @@ from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult,
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
+from videokv_node.memory.question_span import question_span
 from videokv_node.memory.retrieval_cache import (
     QueryCapture,
     RetrievingCache,
@@ -440,7 +441,8 @@ class VideoMemoryEngine:
         if pending:
             selection.fixed = selection.fixed + self._encode_units(EncodeJob(pending))
         geo = self.adapter.geometry
-        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim)
+        rows = question_span(self.adapter, question.text, question.options) if selection.query == "question" else None
+        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, rows=rows)
         cache, chosen, next_pos = self._question_cache(selection, capture)
         if next_pos + len(ids) + max_new > self.adapter.max_positions:
             raise RequestError(f"context of {next_pos + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")

@@ -76,6 +76,7 @@ class QuestionSelection:
     pool: list[FrameBlock] = field(default_factory=list)
     k: int = 0
     per_layer: list[list[FrameBlock]] | None = None
+    query: str = "prompt"  # in-pass retrieval scores with the mean query of the whole prompt or the question's own tokens
 
 
 class MemoryPolicy(ABC):

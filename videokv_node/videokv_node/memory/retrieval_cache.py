@@ -145,16 +145,17 @@ class QueryCapture:
     queries are kept too (``all(layer)``), for policies that score with them.
     """
 
-    def __init__(self, n_q_heads: int, n_kv_heads: int, head_dim: int, keep_all: bool = False) -> None:
+    def __init__(self, n_q_heads: int, n_kv_heads: int, head_dim: int, keep_all: bool = False, rows: slice | None = None) -> None:
         self.n_q_heads, self.n_kv_heads, self.head_dim = n_q_heads, n_kv_heads, head_dim
         self.keep_all = keep_all
+        self.rows = rows or slice(None)  # tokens ``mean`` averages over (ReKV: the question's own, question_span.py)
         self._means: dict[int, torch.Tensor] = {}
         self._all: dict[int, torch.Tensor] = {}
 
     def hook(self, layer: int):
         def _hook(module, inputs, output):  # output: (B, n, H_q * D)
             q = output[0].float().view(-1, self.n_q_heads, self.head_dim)  # (n, H_q, D)
-            self._means[layer] = q.mean(0).view(self.n_kv_heads, -1, self.head_dim).mean(1)  # (H_kv, D)
+            self._means[layer] = q[self.rows].mean(0).view(self.n_kv_heads, -1, self.head_dim).mean(1)  # (H_kv, D)
             if self.keep_all:
                 self._all[layer] = q
 

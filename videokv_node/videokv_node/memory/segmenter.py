@@ -6,6 +6,12 @@ threshold starts a new segment; segments are at least ``min_frames`` long
 (the exclusion window) and an open segment holds at most ``max_frames``
 members, the most similar adjacent pair being merged when it would overflow.
 
+Similarity: Eq. (1) compares f_{t-1} and f_t in R^{P^2 x D}, i.e. the cosine of the
+flattened token features (``similarity: tokens``, the robot default); StreamKV's public
+code compares the features' means over the tokens (``similarity: mean``, the paper
+preset, because the paper's threshold 0.99 was set with that code: token-level cosines
+of adjacent frames rarely reach 0.99, so ``tokens`` splits at almost every frame).
+
 Departures from the paper, forced by streaming:
 
 - The exclusion window is applied *after* a boundary only: a low s_t is
@@ -35,10 +41,13 @@ class SegmenterConfig:
     threshold: float = 0.99  # s_t below this marks a boundary; in [-1, 1] (-1: never split, 1: split on any change)
     min_frames: int = 4  # m: a low s_t does not close a segment with fewer members than this
     max_frames: int = 64  # M: an open segment never holds more members; >= min_frames
+    similarity: str = "tokens"  # tokens: Eq. (1) on the flattened (T, D) features; mean: on the token means (D,), StreamKV's code
 
     def __post_init__(self) -> None:
         if not (isinstance(self.threshold, (int, float)) and -1.0 <= self.threshold <= 1.0):
             raise ConfigError(f"segmenter.threshold must be a cosine similarity in [-1, 1], got {self.threshold!r}")
+        if self.similarity not in ("tokens", "mean"):
+            raise ConfigError(f"segmenter.similarity must be tokens or mean, got {self.similarity!r}")
         if self.min_frames < 1:
             raise ConfigError(f"segmenter.min_frames must be >= 1, got {self.min_frames}")
         if self.max_frames < self.min_frames:
@@ -92,6 +101,12 @@ class Segment:
         """
         total = torch.stack([m.feature * m.weight for m in self.members]).sum(dim=0)  # (T, D)
         return total / self.n_frames
+
+
+def _similarity(a: torch.Tensor, b: torch.Tensor, kind: str) -> float:
+    """s_t of two (T, D) features: Eq. (1) on the flattened features (``tokens``) or on their
+    means over the T tokens (``mean``: StreamKV's public code; a (D,) vector per frame)."""
+    return _cosine(a.mean(0), b.mean(0)) if kind == "mean" else _cosine(a, b)
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -153,13 +168,13 @@ class SemanticSegmenter:
 
         closed: list[Segment] = []
         if self._members:
-            s_t = _cosine(self._last_frame, frame)  # Eq. (1)
+            s_t = _similarity(self._last_frame, frame, self.config.similarity)  # Eq. (1)
             if s_t < self.config.threshold and len(self._members) >= self.config.min_frames:
                 closed.append(self._close())
             else:
                 last = self._members[-1]
                 # A single-frame member is f_{t-1} itself, so s_t is already its similarity.
-                self._sims.append(s_t if last.weight == 1 else _cosine(last.feature, frame))
+                self._sims.append(s_t if last.weight == 1 else _similarity(last.feature, frame, self.config.similarity))
         self._members.append(Member([item_id], frame, 1))
         self._last_frame = frame
         if len(self._members) > self.config.max_frames:
@@ -241,6 +256,6 @@ class SemanticSegmenter:
         self._members[i : i + 2] = [merged]
         del self._sims[i]  # sims[i] joined a and b; the neighbours' entries are now i - 1 and i
         if i > 0:
-            self._sims[i - 1] = _cosine(self._members[i - 1].feature, feature)
+            self._sims[i - 1] = _similarity(self._members[i - 1].feature, feature, self.config.similarity)
         if i < len(self._sims):
-            self._sims[i] = _cosine(feature, self._members[i + 1].feature)
+            self._sims[i] = _similarity(feature, self._members[i + 1].feature, self.config.similarity)

@@ -16,6 +16,8 @@ the others in every other state), and configure reads and checks them all.
 
 from __future__ import annotations
 
+import weakref
+
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 
@@ -26,7 +28,10 @@ from rclpy.parameter import Parameter
 
 from videokv_node.ingest.pose_history import POSE_SOURCES, POSE_TYPES, PoseConfig
 from videokv_node.ingest.sampler import SamplerConfig
-from videokv_node.memory.config import OPTION_SCORINGS, POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.config import (
+    OPTION_SCORINGS, POLICIES, PRESETS, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig,
+)
+from videokv_node.memory.presets import apply_to_parameters, preset_values
 from videokv_node.vision.config import BACKENDS, PRECISIONS, REBUILD_MODES, VisionConfig
 
 QOS_PROFILES = ("sensor_data", "reliable", "system_default")
@@ -153,6 +158,15 @@ _DESCRIPTIONS = {
     "sample_tolerance_s": "slack on the sampling period so camera jitter never skips a sample",
     "sample_reset_backward_s": "a stamp jumping back more than this is a clock reset (bag loop), not a stale frame",
     "memory.policy": f"memory policy, chosen at start: {', '.join(POLICIES)}",
+    "memory.preset": f"defaults of the memory's parameters: {' or '.join(PRESETS)} (robot: memory-conscious; paper: each seed's own values and mechanisms); a parameter set explicitly wins",
+    "memory.rekv.query": "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)",
+    "memory.rekv.question_window": "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)",
+    "memory.streamkv.similarity": "StreamKV: adjacent-frame similarity, cosine of the flattened token features (tokens, Eq. 1 as printed) or of their means (mean, StreamKV's code)",
+    "memory.hermes.recency_rate_deep": "HERMES: the middle layers' forgetting rate moves linearly from recency_rate to this at the deep end (HERMES' script: 0.5; robot: 20, fixed)",
+    "memory.hermes.schedule_end": "HERMES: where the middle layers' depth reaches 1, last_middle (ours) or first_deep (HERMES' script)",
+    "memory.hermes.pseudo_queries": "HERMES: probe (pseudo_query read once after the prompt) or live (local/global/mixed queries run through the model over the live cache, HERMES' script)",
+    "memory.hermes.local_query": "HERMES live pseudo-queries: the local query; middle layers use 'local; global'",
+    "memory.hermes.global_query": "HERMES live pseudo-queries: the global query, scoring deep layers",
     "memory.question_stage": f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}",
     "memory.budget_tokens": "cap on KV resident on the model's device, prompt sink included, in tokens' worth over all layers (hermes: per layer)",
     "memory.offload_bytes": "cap on host RAM for offloaded KV blocks, allocated once (rekv)",
@@ -252,6 +266,8 @@ _ZERO_OK = frozenset({
 # Doubles with no range: negative values mean something (sample_fps <= 0: every frame) or
 # are clamped where used (HERMES' omega).
 _UNBOUNDED = frozenset({"sample_fps", "memory.hermes.omega0", "memory.hermes.omega_gamma"})
+# The (preset, policy) each node's parameter defaults were declared for (see ``declare``).
+_DECLARED_FOR: "weakref.WeakKeyDictionary[Node, tuple[str, str]]" = weakref.WeakKeyDictionary()
 # Doubles that the dataclasses check are shares in [0, 1] (some exclude one end; the dataclass says so).
 _FRACTIONS = frozenset({
     "diagnostics_drop_warn_ratio",
@@ -328,17 +344,33 @@ def declare(node: Node, lifecycle: bool = False) -> None:
 
     Raises ConfigError naming the parameter whose given value has the wrong type or is
     outside the descriptor's range; the values' consistency is ``read_settings``' check.
+    ``memory.preset`` and ``memory.policy`` are declared first: every other parameter's
+    default is then the preset's value for that policy (``memory/presets.py``), so a value
+    given to the node wins over the preset and ``ros2 param get`` shows what is in force.
     """
-    for name, (_, _, default) in parameter_table().items():
-        try:
-            if isinstance(default, list):
-                # Declared with its value, so `ros2 param get/dump` show it however the node was started;
-                # [""] stands for an empty list (a parameter cannot hold a typed empty array).
-                node.declare_parameter(name, [str(v) for v in default] or [""], _descriptor(name, default, lifecycle))
-            else:
-                node.declare_parameter(name, default, _descriptor(name, default, lifecycle))
-        except ParameterException as exc:  # wrong type or outside the descriptor's range; names the parameter
-            raise ConfigError(str(exc)) from exc
+    table = parameter_table()
+    first = {}
+    for name in ("memory.preset", "memory.policy"):  # read first: they choose the others' defaults
+        _declare_one(node, name, table[name][2], lifecycle)
+        first[name] = node.get_parameter(name).value
+    defaults = apply_to_parameters(first, {name: default for name, (_, _, default) in table.items()})
+    _DECLARED_FOR[node] = (first["memory.preset"], first["memory.policy"])
+    for name in table:
+        if name not in first:
+            _declare_one(node, name, defaults[name], lifecycle)
+
+
+def _declare_one(node: Node, name: str, default: object, lifecycle: bool) -> None:
+    """Declare ``name`` with ``default`` (its value unless the node was given one) and its descriptor."""
+    try:
+        if isinstance(default, list):
+            # Declared with its value, so `ros2 param get/dump` show it however the node was started;
+            # [""] stands for an empty list (a parameter cannot hold a typed empty array).
+            node.declare_parameter(name, [str(v) for v in default] or [""], _descriptor(name, default, lifecycle))
+        else:
+            node.declare_parameter(name, default, _descriptor(name, default, lifecycle))
+    except ParameterException as exc:  # wrong type or outside the descriptor's range; names the parameter
+        raise ConfigError(str(exc)) from exc
 
 
 def read_settings(node: Node) -> Settings:
@@ -359,6 +391,12 @@ def settings_with(node: Node, changes: list[Parameter]) -> Settings:
         if param.name not in RUNTIME:
             raise ConfigError(f"{param.name} is read-only: a change needs a restart (lifecycle node: cleanup, set, configure)")
         values[param.name] = param.value
+    declared = _DECLARED_FOR.get(node)
+    if declared is not None and preset_values(*declared) != preset_values(str(values["memory.preset"]), str(values["memory.policy"])):
+        raise ConfigError(
+            f"memory.preset / memory.policy are {values['memory.preset']} / {values['memory.policy']}, but the other "
+            f"parameters took the defaults of {declared[0]} / {declared[1]} when declared: restart the node to change them"
+        )
     return _settings(values)
 
 

@@ -26,9 +26,25 @@ exp(-20 age / oldest age), smoothing 0.1 / 0.3 / 0.4 by role, the layer split's
 rounding); choices, ours (see config.HermesConfig and memory/scoring/hermes.py):
 omega linear from 1 at the first middle layer to 0 at the last, scores
 normalised to sum 1 per layer before mixing, a token missing from the next layer contributing 0 there,
-pseudo-query attention computed as a question asked now would see it (queries
-at the next position, keys where the cache holds them, sink included in the
-softmax), and the summary token standing right after the sink (the distant past).
+and the summary token standing right after the sink (the distant past).
+
+Pseudo-queries, two modes (``memory.hermes.pseudo_queries``):
+- ``probe`` (robot, ours): one generic question's pre-RoPE queries read once at
+  setup, in a prompt-only context (``engine.probe``: the text right after the
+  sink, no frames), then rotated to the next position and scored against the
+  live cache's keys at each compression. Its queries in layers past the first
+  never saw the video: cheap (no forward per chunk), not what HERMES runs.
+- ``live`` (paper preset, HERMES' script): before each compression the global
+  query and the mixed "local; global" one are run through the model over the
+  live cache, and deep / middle layers are scored with the attention they pay
+  to the cached tokens (``memory/scoring/hermes_live.py``). The script's
+  queries after a first question add that question and its answer; ours stay
+  the generic ones (the memory keeps no conversation history).
+
+Schedule (``recency_rate_deep``, ``omega_gamma``, ``schedule_end``): robot keeps
+the forgetting rate at 20 in every middle layer and moves omega 1 -> 0 up to the
+last middle layer; the paper preset follows the script, rate 20 -> 0.5 and
+omega 1 -> 0.1 with depth reaching 1 at the first deep layer.
 
 Chunks: the paper encodes 16 frames at a time and compresses when a chunk has
 pushed the cache past its budget, so its cache peaks at budget + one chunk. Our
@@ -46,7 +62,7 @@ from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, present_in
-from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer
+from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (
     cross_layer_smooth,
     layer_roles,
@@ -54,8 +70,10 @@ from videokv_node.memory.scoring.hermes import (
     omega,
     pseudo_query_attention,
     recency_scores,
+    schedule_rate,
     summary_token,
 )
+from videokv_node.memory.scoring.hermes_live import live_scores
 
 TOKEN_ID_STRIDE = 1 << 20  # global token id = block_id * stride + token index (blocks are far smaller)
 
@@ -69,7 +87,9 @@ class HermesPolicy(MemoryPolicy):
         self.cfg = config.hermes
         self.roles = layer_roles(self.n_layers, self.cfg.shallow_ratio, self.cfg.deep_ratio)
         middle = [l for l, r in enumerate(self.roles) if r == "middle"]
-        self._middle = (middle[0], middle[-1]) if middle else (0, 0)
+        # Depth 0 -> 1 of omega and the rate schedule: up to the last middle layer (ours) or the first deep one (script).
+        end = middle[-1] + (1 if self.cfg.schedule_end == "first_deep" else 0) if middle else 0
+        self._middle = (middle[0], end) if middle else (0, 0)
         self._frames = 0
         self._frame_of: dict[int, int] = {}  # block id -> frame index, for ages
         self._next_pos: int | None = None  # lazy: where the stream continues
@@ -84,7 +104,8 @@ class HermesPolicy(MemoryPolicy):
         self.check_budget(self.config.budget_tokens, self.sink_len)
         self.budget = self.config.budget_tokens - self.sink_len  # tokens per layer
         self.headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
-        self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
+        if self.cfg.pseudo_queries == "probe":
+            self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
 
     def check_budget(self, budget_tokens: int, sink_tokens: int) -> None:
         """Each layer must keep one frame (and the summary token) plus room for the rest of a chunk."""
@@ -190,11 +211,17 @@ class HermesPolicy(MemoryPolicy):
         per_layer = present_in(held, self.n_layers)
         targets, next_pos = self.layout(self.sink_len, per_layer)
         scores, ids = [], []
+        live = None
+        if self.cfg.pseudo_queries == "live":  # HERMES' script: its queries through the model over the live cache
+            live = live_scores(self.adapter, lambda: placed_cache(self.adapter, store, self.engine.sink, per_layer, targets),
+                               self.cfg.local_query, self.cfg.global_query, next_pos, self.sink_len)
         for layer, blocks in enumerate(per_layer):
             ages = torch.cat([torch.full((b.layer_tokens(layer),), float(self._frames - 1 - self._frame_of[b.block_id])) for b in blocks])
             ids.append(torch.cat([b.block_id * TOKEN_ID_STRIDE + b.layers[layer].index for b in blocks]))
             attn = None
-            if self.roles[layer] != "shallow":
+            if live is not None and self.roles[layer] != "shallow":
+                attn = live[self.roles[layer]][layer]
+            elif self.roles[layer] != "shallow":
                 keys, _ = place_layer(self.adapter, store, self.engine.sink, blocks, targets[layer], layer)  # (1, H, S + N, D)
                 q = self.pseudo[layer]  # (n, H_q, D)
                 q_pos = self.adapter.text_positions(next_pos, q.shape[0])
@@ -202,7 +229,10 @@ class HermesPolicy(MemoryPolicy):
                 attn = pseudo_query_attention(q_rot.float(), keys[0].float(), self.adapter.geometry.head_dim**-0.5)
                 attn = attn[self.sink_len :].cpu()
             w = omega(layer, *self._middle, self.cfg.omega0, self.cfg.omega_gamma)
-            decay = self.cfg.recency_rate / max(float(ages.max()), 1.0)
+            rate = self.cfg.recency_rate
+            if self.roles[layer] == "middle":  # script: k = 20 - 19.5 * depth; robot: recency_rate_deep = recency_rate
+                rate = schedule_rate(layer, *self._middle, self.cfg.recency_rate, self.cfg.recency_rate_deep)
+            decay = rate / max(float(ages.max()), 1.0)
             scores.append(layer_scores(self.roles[layer], attn, recency_scores(ages, decay), w))
         lam = [getattr(self.cfg, f"smoothing_{role}") for role in self.roles[:-1]] + [0.0]
         smoothed = cross_layer_smooth(scores, ids, lam)

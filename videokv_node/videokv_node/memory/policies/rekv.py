@@ -6,9 +6,15 @@
   the resident budget is exceeded and go to the host arena (ReKV offloads to
   CPU RAM); past the arena's cap the oldest offloaded block is evicted.
 - Question: per layer, the top ``memory.retrieve_frames`` blocks by the dot
-  product of the question's mean query with the block's mean key, plus the
-  recent frames (the local window among the candidates) always; in time order,
-  re-rotated to consecutive positions after the sink.
+  product of the question's mean query with the block's mean key, plus (robot,
+  ``memory.rekv.question_window``) the recent frames (the local window among the
+  candidates) always; in time order, re-rotated to consecutive positions after
+  the sink. The mean query is over the whole prompt (robot) or, as ReKV's code,
+  over the question's own tokens (``memory.rekv.query: question``, the paper
+  preset, which also drops the recent window: init tokens + top-k of all blocks).
+  ReKV runs the question alone in a retrieval pass and then the prompt on the
+  retrieved cache (which keeps the question's KV); here the retrieval happens in
+  the prompt's one pass, the mean taken over the question's rows of it.
 
 Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
@@ -39,10 +45,12 @@ class ReKVPolicy(MemoryPolicy):
         return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
 
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        recent = recent_within(candidates, self.config.local_window_tokens)
+        rekv = self.config.rekv
+        # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
+        recent = recent_within(candidates, self.config.local_window_tokens) if rekv.question_window else []
         recent_ids = {b.block_id for b in recent}
         pool = [b for b in candidates if b.block_id not in recent_ids]
-        return QuestionSelection(fixed=recent, pool=pool, k=self.config.retrieve_frames)
+        return QuestionSelection(fixed=recent, pool=pool, k=self.config.retrieve_frames, query=rekv.query)
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         if not candidates:

@@ -68,6 +68,7 @@ class StreamKVPolicy(MemoryPolicy):
                 threshold=self.cfg.similarity_threshold,
                 min_frames=self.cfg.min_segment_frames,
                 max_frames=self.cfg.max_segment_frames,
+                similarity=self.cfg.similarity,
             )
         )
         # Open-segment frames: only (camera, stamp) per frame. Their features live once in the

@@ -111,6 +111,19 @@ def omega(layer: int, first_middle: int, last_middle: int, omega0: float = 1.0, 
     return min(1.0, max(0.0, omega0 - gamma * progress))
 
 
+def schedule_rate(layer: int, first_middle: int, last_middle: int, rate: float, rate_deep: float) -> float:
+    """Forgetting rate of a middle layer: ``rate + (rate_deep - rate) * progress``, progress as in ``omega``.
+
+    HERMES' script decays it from 20 at the shallow boundary towards 0.5 at the first deep
+    layer (``k = 20 - 19.5 * progress``, progress reaching 1 at the first deep layer; pass
+    that layer as ``last_middle``); ``rate_deep == rate`` keeps it fixed.
+    """
+    if first_middle > last_middle:
+        raise ValueError(f"first_middle {first_middle} > last_middle {last_middle}")
+    progress = 0.5 if first_middle == last_middle else (layer - first_middle) / (last_middle - first_middle)
+    return rate + (rate_deep - rate) * min(1.0, max(0.0, progress))
+
+
 def normalise(x: torch.Tensor) -> torch.Tensor:
     """Scores of one layer as a distribution: ``x / x.sum()``; all-zero -> uniform; (N,) -> (N,).
 

@@ -1,0 +1,295 @@
+"""memory.preset (issue 15): the paper preset's values and precedence, and the mechanisms it switches
+on, each checked against a reference written here (hand-computed values, the model's own modules,
+transformers' eager attention), never against the module's helpers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.unit.helpers import random_frames, scene
+from videokv_node.eval.settings import engine_settings
+from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.config import POLICIES, HermesConfig, StreamKVConfig
+from videokv_node.memory.presets import PAPER, preset_memory_config, preset_values
+from videokv_node.memory.question_span import question_span
+from videokv_node.memory.retrieval_cache import QueryCapture
+from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
+
+# --- the preset's values and precedence ----------------------------------------
+
+def test_robot_is_the_dataclass_defaults_for_every_policy():
+    for policy in POLICIES:
+        assert preset_values("robot", policy) == {}
+        assert preset_memory_config("robot", policy) == MemoryConfig(policy=policy)
+
+def test_paper_values_are_the_seeds():
+    rekv = preset_memory_config("paper", "rekv")
+    assert (rekv.local_window_tokens, rekv.retrieve_frames, rekv.rekv.query, rekv.rekv.question_window) == (15000, 64, "question", False)
+    sk = preset_memory_config("paper", "streamkv")
+    assert (sk.local_window_tokens, sk.streamkv.retrieve_frames, sk.streamkv.similarity, sk.streamkv.similarity_threshold) == (15000, 8, "mean", 0.99)
+    assert (sk.streamkv.min_segment_frames, sk.streamkv.max_segment_frames, sk.streamkv.compression_ratio) == (4, 64, 0.6)
+    h = preset_memory_config("paper", "hermes").hermes
+    assert preset_memory_config("paper", "hermes").budget_tokens == 4096
+    assert (h.recency_rate, h.recency_rate_deep, h.omega0, h.omega_gamma, h.schedule_end) == (20.0, 0.5, 1.0, 0.9, "first_deep")
+    assert (h.pseudo_queries, h.chunk_frames) == ("live", 16)
+    m = preset_memory_config("paper", "mukv").mukv
+    assert (m.retrieve_patch, m.retrieve_frame, m.retrieve_segment) == (20, 32, 12)
+    assert (m.keep_patch, m.keep_frame, m.keep_segment, m.alpha_patch, m.alpha_frame, m.alpha_segment) == (0.1, 0.1, 0.8, 0.5, 0.7, 0.8)
+    assert all(preset_memory_config("paper", p).tgvkv.keep_ratio == 0.05 for p in POLICIES)
+    # Only the policy's own values: the paper ReKV leaves HERMES' budget alone.
+    assert preset_memory_config("paper", "rekv").budget_tokens == MemoryConfig().budget_tokens
+    assert set(PAPER) == set(POLICIES)
+
+def test_an_explicit_value_wins_over_the_preset():
+    cfg = preset_memory_config("paper", "rekv", retrieve_frames=16, **{"rekv.query": "prompt"})
+    assert (cfg.retrieve_frames, cfg.rekv.query, cfg.local_window_tokens, cfg.rekv.question_window) == (16, "prompt", 15000, False)
+    cfg = preset_memory_config("paper", "hermes", hermes=HermesConfig(chunk_frames=1))  # a section given whole is explicit
+    assert cfg.hermes.chunk_frames == 1 and cfg.hermes.pseudo_queries == "probe" and cfg.budget_tokens == 4096
+    with pytest.raises(ConfigError, match="memory.preset"):
+        preset_memory_config("papers", "rekv")
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        preset_memory_config("paper", "rekv", **{"rekv.nope": 1})
+
+def test_eval_parameters_take_the_preset_under_explicit_ones():
+    paper = engine_settings({"memory.preset": "paper", "memory.policy": "hermes"}).memory
+    assert (paper.preset, paper.budget_tokens, paper.hermes.pseudo_queries, paper.hermes.recency_rate_deep) == ("paper", 4096, "live", 0.5)
+    mine = engine_settings({"memory.preset": "paper", "memory.policy": "hermes", "memory.budget_tokens": 8000,
+                            "memory.hermes.pseudo_queries": "probe"}).memory
+    assert (mine.budget_tokens, mine.hermes.pseudo_queries, mine.hermes.omega_gamma) == (8000, "probe", 0.9)
+    assert engine_settings({"memory.policy": "hermes"}).memory == MemoryConfig(policy="hermes")
+    with pytest.raises(ConfigError, match="memory.preset"):
+        engine_settings({"memory.preset": "lab"})
+
+# --- ReKV: init tokens + top-k of all blocks, retrieved with the question's own tokens ---------
+
+def test_question_span_is_the_question_text(tiny_adapter):
+    a = tiny_adapter
+    for options in ([], ["a red box", "a ball"]):
+        q = "where is the red box?"
+        ids = a.question_ids(q, options)
+        own = a.text_ids(q)
+        # Reference: the question's tokens found as a run in the prompt (the template around them differs).
+        start = next(i for i in range(len(ids)) if ids[i : i + len(own)] == own)
+        assert question_span(a, q, options) == slice(start, start + len(own))
+
+def test_query_capture_averages_the_given_rows_only():
+    cap = QueryCapture(n_q_heads=4, n_kv_heads=2, head_dim=1, rows=slice(1, 3))
+    q = torch.arange(20, dtype=torch.float32).view(1, 5, 4)  # (B, n = 5 tokens, H_q * D = 4)
+    cap.hook(0)(None, None, q)
+    # rows 1 and 2: [4, 5, 6, 7] and [8, 9, 10, 11] -> token mean [6, 7, 8, 9] -> kv groups (6+7)/2, (8+9)/2
+    torch.testing.assert_close(cap.mean(0), torch.tensor([[6.5], [8.5]]))
+
+def test_rekv_paper_retrieves_from_all_blocks_with_the_question_tokens(tiny_adapter64):
+    """Layer 0's query depends only on the prompt's embeddings: the top-k of every block by the mean
+    pre-RoPE query of the question's own tokens is recomputed from the model's modules."""
+    a = tiny_adapter64
+    T = a.tokens_per_frame
+    cfg = preset_memory_config("paper", "rekv", local_window_tokens=T, retrieve_frames=2, budget_tokens=100_000, page_tokens=1)
+    engine = VideoMemoryEngine(a, cfg, GenerationConfig())
+    for f in random_frames(8, seed=11):
+        engine.ingest([f])
+    question = "which frame had the most red?"
+    engine.ask(Question(question, max_new_tokens=1))
+
+    ids = a.question_ids(question, [])
+    own = a.text_ids(question)
+    start = next(i for i in range(len(ids)) if ids[i : i + len(own)] == own)
+    lm = a.model.model.language_model
+    geo = a.geometry
+    with torch.no_grad():
+        hidden = lm.layers[0].input_layernorm(a.embed_tokens(ids))
+        q_all = lm.layers[0].self_attn.q_proj(hidden)[0].view(-1, geo.n_q_heads, geo.head_dim)  # (n, H_q, D)
+
+    def top2(rows: slice) -> list[int]:
+        q = q_all[rows].mean(0).view(geo.n_kv_heads, -1, geo.head_dim).mean(1)  # (H_kv, D)
+        blocks = list(engine.store.blocks())
+        scores = [float((q * a.rotate_keys(b.layers[0].keys, -b.positions[0]).mean(1)).sum()) for b in blocks]
+        return sorted(blocks[i].block_id for i in sorted(range(len(blocks)), key=lambda i: -scores[i])[:2])
+
+    expected = top2(slice(start, start + len(own)))
+    assert engine.last_layer_blocks[0] == expected  # no recent window: exactly the 2 retrieved
+    assert all(len(blocks) == 2 for blocks in engine.last_layer_blocks)
+    if top2(slice(None)) != expected:  # the robot query (whole prompt) would have picked otherwise
+        robot = VideoMemoryEngine(a, MemoryConfig(policy="rekv", local_window_tokens=T, retrieve_frames=2, budget_tokens=100_000,
+                                                  page_tokens=1, rekv=cfg.rekv.__class__(question_window=False)), GenerationConfig())
+        for f in random_frames(8, seed=11):
+            robot.ingest([f])
+        robot.ask(Question(question, max_new_tokens=1))
+        assert robot.last_layer_blocks[0] == top2(slice(None))
+
+# --- StreamKV: adjacent-frame similarity of the mean features ------------------------------
+
+def _segments(similarity: str, frames: list[torch.Tensor]) -> list[list[int]]:
+    seg = SemanticSegmenter(SegmenterConfig(threshold=0.99, min_frames=1, max_frames=64, similarity=similarity))
+    out = []
+    for i, f in enumerate(frames):
+        out += [s.item_ids for s in seg.push(i, f)]
+    return out + [[i for m in seg.pending for i in m.item_ids]]
+
+def test_mean_and_token_similarity_split_a_stream_differently():
+    # Tokens swapped: flattened cosine (0 + 0) / (1 * 1)... = 0 -> a boundary; both means (0.5, 0.5) -> 1, none.
+    swap = [torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[0.0, 1.0], [1.0, 0.0]])]
+    assert _segments("tokens", swap) == [[0], [1]]
+    assert _segments("mean", swap) == [[0, 1]]
+    # Flattened: (100*100 + 99*99 - 1) / (100^2 + 99^2 + 1) = 19800 / 19802 > 0.99 -> none;
+    # means (0.5, 0.5) and (0.5, -0.5) are orthogonal -> a boundary.
+    small = [torch.tensor([[100.0, 0.0], [-99.0, 1.0]]), torch.tensor([[100.0, 0.0], [-99.0, -1.0]])]
+    assert 19800 / 19802 > 0.99
+    assert _segments("tokens", small) == [[0, 1]]
+    assert _segments("mean", small) == [[0], [1]]
+
+def test_streamkv_policy_segments_by_its_configured_similarity(tiny_adapter):
+    from videokv_node.memory.policy import make_policy
+
+    cfg = preset_memory_config("paper", "streamkv", local_window_tokens=16)
+    assert make_policy(cfg, tiny_adapter).segmenter.config.similarity == "mean"
+    assert make_policy(MemoryConfig(policy="streamkv", streamkv=StreamKVConfig()), tiny_adapter).segmenter.config.similarity == "tokens"
+
+# --- HERMES: the schedule and the live pseudo-queries -----------------------------------------
+
+def test_middle_rate_schedule_hand_computed():
+    from videokv_node.memory.scoring.hermes import schedule_rate
+
+    # 28 layers as in the script: shallow 0-1, middle 2-18, first deep 19; progress = (l - 2) / 17.
+    assert schedule_rate(2, 2, 19, 20.0, 0.5) == 20.0
+    assert schedule_rate(19, 2, 19, 20.0, 0.5) == pytest.approx(0.5)
+    assert schedule_rate(10, 2, 19, 20.0, 0.5) == pytest.approx(20 - 19.5 * 8 / 17)
+    assert schedule_rate(10, 2, 18, 20.0, 20.0) == 20.0  # robot: fixed
+
+def eager_attentions(a, frames, text: str) -> tuple[list[torch.Tensor], int]:
+    """transformers' own eager attention over [prompt, frames, text] in one plain forward: per layer
+    (H_q, n, K) attention of the text's tokens, and the number of text tokens."""
+    lm = a.model.model.language_model
+    feats = a.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
+    ids = a.text_ids(text)
+    embeds = torch.cat([a.embed_tokens(a.prefix_ids()), feats.reshape(1, -1, feats.shape[-1]), a.embed_tokens(ids)], dim=1)
+    saved = lm.config._attn_implementation
+    lm.config._attn_implementation = "eager"
+    try:
+        with torch.no_grad():
+            out = lm(inputs_embeds=embeds, position_ids=torch.arange(embeds.shape[1])[None], output_attentions=True, use_cache=False)
+    finally:
+        lm.config._attn_implementation = saved
+    return [att[0, :, -len(ids) :] for att in out.attentions], len(ids)
+
+def _rotate(lm, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Post-RoPE keys (H, N, D) moved by ``delta`` (N,) positions with transformers' own rotary code."""
+    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+    cos, sin = lm.rotary_emb(keys[None], delta[None])
+    moved, _ = apply_rotary_pos_emb(keys[None], keys[None], cos, sin)
+    return moved[0]
+
+@pytest.mark.parametrize(
+    "roles_cfg",
+    [dict(omega0=0.6), dict(schedule_end="last_middle"), dict(shallow_ratio=0.5, deep_ratio=0.5)],
+    ids=["middle+deep", "lone-middle", "shallow+deep"],
+)
+def test_hermes_paper_keeps_what_the_live_pseudo_queries_score(tiny_adapter64, roles_cfg):
+    """One compression of the paper preset recomputed from scratch: the global (deep) and "local;
+    global" (middle) queries' attention from transformers' eager forward over the live cache, the
+    forgetting curve, sum-normalisation, the omega mix, smoothing towards the next layer by token,
+    top-k per layer, and the deep layer's pruned tokens folded into the summary token."""
+    a = tiny_adapter64
+    T, S = a.tokens_per_frame, len(a.prefix_ids())
+    cfg = preset_memory_config("paper", "hermes", budget_tokens=S + 3 * T + 2, local_window_tokens=T, page_tokens=1,
+                               **{"hermes.chunk_frames": 1, **{f"hermes.{k}": v for k, v in roles_cfg.items()}})
+    h = cfg.hermes
+    e = VideoMemoryEngine(a, cfg, GenerationConfig())
+    frames = scene(4, seed=3)
+    for f in frames:
+        e.ingest([f])
+    assert e.policy.compressions == 1  # 4 frames > 3 T + 1 tokens a deep layer holds besides its summary
+    roles = e.policy.roles
+    L = len(roles)
+    # Before the compression every layer held the 4 frames, at the positions a plain forward gives them.
+    glob, n_g = eager_attentions(a, frames, h.global_query)
+    mixed, n_m = eager_attentions(a, frames, f"{h.local_query}; {h.global_query}")
+    N = 4 * T
+    ages = torch.tensor([3 - t // T for t in range(N)], dtype=torch.float64)  # frame 0 oldest
+
+    def norm(x):
+        return x / x.sum()
+
+    raw = []
+    first_middle = roles.index("middle") if "middle" in roles else 0
+    first_deep = roles.index("deep")
+    # Depth reaches 1 at the first deep layer (script) or the last middle one (ours; a lone middle layer sits at 0.5).
+    end = first_deep if h.schedule_end == "first_deep" else first_deep - 1
+    for l, role in enumerate(roles):
+        progress = (0.5 if end == first_middle else (l - first_middle) / (end - first_middle)) if role == "middle" else 0.0
+        rate = h.recency_rate + (h.recency_rate_deep - h.recency_rate) * progress if role == "middle" else h.recency_rate
+        rec = torch.exp(-rate * ages / 3)
+        if role == "shallow":
+            raw.append(norm(rec))
+            continue
+        att = (glob if role == "deep" else mixed)[l][:, :, S : S + N].double().mean(dim=(0, 1))
+        if role == "deep":
+            raw.append(norm(att))
+        else:
+            w = min(1.0, max(0.0, h.omega0 - h.omega_gamma * progress))
+            raw.append((1 - w) * norm(att) + w * norm(rec))
+    lam = {"shallow": h.smoothing_shallow, "middle": h.smoothing_middle, "deep": h.smoothing_deep}
+    smooth = [(1 - lam[roles[l]]) * raw[l] + lam[roles[l]] * raw[l + 1] for l in range(L - 1)] + [raw[-1]]
+    blocks = sorted((b for b in e.store.blocks() if b.kind != "summary"), key=lambda b: b.order)
+    for l, role in enumerate(roles):
+        n_keep = 3 * T + 2 - (1 if role == "deep" else 0)
+        order = sorted(range(N), key=lambda t: -float(smooth[l][t]))
+        want = sorted(order[:n_keep])
+        got = sorted(blocks.index(b) * T + int(i) for b in blocks if b.layers[l] is not None for i in b.layers[l].index)
+        assert got == want, f"layer {l} ({role})"
+        if role != "deep":
+            continue
+        # Summary: mean of the pruned keys moved to position S (transformers' rotary code), mean of their values.
+        pruned = sorted(set(range(N)) - set(want))
+        ref = e.policy.summary.layers[l]
+        lm = a.model.model.language_model
+        plain_keys, plain_values = _plain_kv(a, frames, l)
+        k = _rotate(lm, plain_keys[:, [S + t for t in pruned]], torch.tensor([S - (S + t) for t in pruned])).mean(1)
+        # transformers computes cos/sin in float32 (here and in the forward), hence 1e-6, not float64's 1e-9.
+        torch.testing.assert_close(ref.keys[:, 0].double(), k.double(), rtol=0, atol=1e-6)
+        torch.testing.assert_close(ref.values[:, 0].double(), plain_values[:, [S + t for t in pruned]].mean(1).double(), rtol=0, atol=1e-6)
+
+def _plain_kv(a, frames, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H, S + F T, D) keys and values of [prompt, frames] from one plain forward."""
+    from transformers.cache_utils import DynamicCache
+
+    feats = a.encode_frames([f.rgb for f in frames])
+    embeds = torch.cat([a.embed_tokens(a.prefix_ids()), feats.reshape(1, -1, feats.shape[-1])], dim=1)
+    cache = DynamicCache()
+    with torch.no_grad():
+        a.forward(embeds, torch.arange(embeds.shape[1]), cache, logits=False)
+    return cache.layers[layer].keys[0], cache.layers[layer].values[0]
+
+def test_live_pseudo_queries_differ_from_the_prompt_only_probe(tiny_adapter64):
+    """The live queries see the frames: their attention is not what one probe over the prompt alone gives."""
+    a = tiny_adapter64
+    T, S = a.tokens_per_frame, len(a.prefix_ids())
+    base = dict(budget_tokens=S + 3 * T + 2, local_window_tokens=T, page_tokens=1)
+    kept = {}
+    for mode in ("probe", "live"):
+        cfg = preset_memory_config("paper", "hermes", **base, **{"hermes.chunk_frames": 1, "hermes.pseudo_queries": mode,
+                                                                "hermes.pseudo_query": "Summarize the video narrative, identifying main characters, key events, timeline changes, and the overall theme."})
+        e = VideoMemoryEngine(a, cfg, GenerationConfig())
+        for f in scene(6, seed=4):
+            e.ingest([f])
+        deep = e.policy.roles.index("deep")
+        kept[mode] = sorted((b.order, int(i)) for b in e.store.blocks() if b.kind != "summary" and b.layers[deep] is not None
+                            for i in b.layers[deep].index)
+    assert kept["probe"] != kept["live"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_paper_preset_runs_on_both_model_families(tiny_adapter, tiny_qwen, policy):
+    """The paper values hold on the tiny LLaVA-OV and Qwen2.5-VL (mRoPE); HERMES compresses with live queries."""
+    for a in (tiny_adapter, tiny_qwen):
+        T, S = a.tokens_per_frame, len(a.prefix_ids())
+        explicit = {"budget_tokens": S + 4 * T + 2, "local_window_tokens": T, "hermes.chunk_frames": 1} if policy == "hermes" else {}
+        e = VideoMemoryEngine(a, preset_memory_config("paper", policy, **explicit), GenerationConfig(max_new_tokens=2))
+        for f in scene(6, seed=1):
+            e.ingest([f])
+        answer = e.ask(Question("what is there?", max_new_tokens=2))
+        assert answer.evidence
+        if policy == "hermes":
+            assert e.policy.compressions >= 1
