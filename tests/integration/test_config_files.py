@@ -40,8 +40,26 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def preset_changed() -> set[str]:
+    """Parameters whose value some policy's paper preset changes from the robot default (independent of the yaml)."""
+    from videokv_node.memory.presets import PAPER
+
+    table = parameter_table()
+    return {f"memory.{k}" for values in PAPER.values() for k, v in values.items()
+            if (list(v) if isinstance(v, tuple) else v) != table[f"memory.{k}"][2]}
+
+
+def test_yaml_leaves_the_preset_decided_parameters_commented():
+    """What a preset changes is not pinned by the default file (an explicit value would win over the
+    preset), but shown commented "#~" with its robot value; everything else is set."""
+    text = YAML.read_text()
+    plain = flatten(yaml.safe_load(text)["/**"]["ros__parameters"])
+    full = flatten(yaml.safe_load(text.replace("#~ ", ""))["/**"]["ros__parameters"])
+    assert set(full) - set(plain) == preset_changed()
+
+
 def test_yaml_lists_every_declared_parameter_with_its_default():
-    doc = yaml.safe_load(YAML.read_text())
+    doc = yaml.safe_load(YAML.read_text().replace("#~ ", ""))  # the preset-decided ones too
     params = flatten(doc["/**"]["ros__parameters"])
     table = parameter_table()
     assert set(params) == set(table), f"yaml only: {set(params) - set(table)}, node only: {set(table) - set(params)}"

@@ -37,12 +37,18 @@ def test_paper_preset_for_rekv(monkeypatch):
     assert (memory.rekv.query, memory.rekv.question_window) == ("question", False)
 
 
-def test_the_full_yaml_sets_every_parameter_explicitly(monkeypatch):
-    """config/memory.yaml lists every parameter, so each of its lines wins over a preset given beside it."""
+def test_the_default_yaml_lets_the_preset_decide_what_it_changes(monkeypatch):
+    """config/memory.yaml (what the launch file loads) leaves the preset-decided parameters out, so
+    memory.preset: paper beside it takes effect; a line of it uncommented wins over the preset."""
     args = ["--ros-args", "--params-file", str(YAML), "-p", "memory.preset:=paper"]
     with params_node(monkeypatch, cli_args=args) as node:
         memory = declare_and_read(node).memory
-    assert memory.preset == "paper" and memory.retrieve_frames == 8 and memory.rekv.query == "prompt"
+    assert memory.preset == "paper" and memory.retrieve_frames == 64 and memory.rekv.query == "question"
+    assert memory.local_window_tokens == 15000
+    args += ["-p", "memory.retrieve_frames:=8"]
+    with params_node(monkeypatch, cli_args=args) as node:
+        memory = declare_and_read(node).memory
+    assert memory.retrieve_frames == 8 and memory.rekv.query == "question"
 
 
 def test_a_preset_change_after_declaring_is_refused(monkeypatch):
