@@ -19,9 +19,10 @@ question's single prefill pass, each layer using its own query (see
 
 from __future__ import annotations
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_within
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
 
 
 class ReKVPolicy(MemoryPolicy):
@@ -29,10 +30,16 @@ class ReKVPolicy(MemoryPolicy):
     uses_offload = True
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
-        return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
+        return recent_resident(store, self.config.local_window_tokens)
 
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         recent = recent_within(candidates, self.config.local_window_tokens)
         recent_ids = {b.block_id for b in recent}
         pool = [b for b in candidates if b.block_id not in recent_ids]
         return QuestionSelection(fixed=recent, pool=pool, k=self.config.retrieve_frames)
+
+    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+        """``question_selection`` on the index: the window from the newest candidates, the pool as a mask
+        (scored per layer on the index inside the pass, ``BlockIndex.top_k``)."""
+        recent = candidates.recent_within(self.config.local_window_tokens)
+        return QuestionSelection(fixed=recent, pool_set=candidates.without(recent), k=self.config.retrieve_frames)
