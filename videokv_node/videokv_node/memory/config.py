@@ -44,7 +44,7 @@ class StreamKVConfig:
     similarity_threshold: float = 0.99  # adjacent-frame cosine below this starts a segment
     min_segment_frames: int = 4  # m: the exclusion window, segments are at least this long
     max_segment_frames: int = 64  # M: beyond it the most similar adjacent pair is merged
-    max_segment_s: float = 60.0  # ours: an open segment spanning longer (stamps) closes at the next frame; 0 = no cap
+    max_segment_s: float = 30.0  # ours: an open segment spanning longer (stamps) closes at the next frame; 0 = no cap
     summary_frames: bool = True  # a summary frame (mean of the segment) per segment, never compressed
     compression_ratio: float = 0.6  # theta: share of a segment's frame blocks dropped per layer (paper's main setting: 60%)
     retrieve_frames: int = 8  # N_r: blocks retrieved per layer on average (N = N_r x L)

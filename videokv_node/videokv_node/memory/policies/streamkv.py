@@ -53,7 +53,7 @@ import math
 
 import torch
 
-from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
@@ -118,6 +118,15 @@ class StreamKVPolicy(MemoryPolicy):
         tensors = {f"segmenter/{name}": t for name, t in seg_tensors.items()}
         if self._offsets is not None:
             tensors["offsets"] = self._offsets  # (P, T)
+        # The open segment's cached KV, saved rather than re-encoded on load: a cache rebuilt in other
+        # passes would differ in the last bits from the one built while streaming.
+        cached = [block for _, block in self._open]
+        meta["open_cached"] = len(cached)
+        if cached:
+            tensors["open/keys"] = torch.stack([torch.stack([kv.keys for kv in b.layers]) for b in cached])  # (n, L, H, T, D)
+            tensors["open/values"] = torch.stack([torch.stack([kv.values for kv in b.layers]) for b in cached])
+            tensors["open/positions"] = torch.stack([b.positions for b in cached])  # (n, P, T)
+            tensors["open/key_mean"] = torch.stack([b.key_mean for b in cached])  # (n, L, H, D)
         return meta, tensors
 
     def load_state(self, meta, tensors, blocks) -> None:
@@ -141,10 +150,28 @@ class StreamKVPolicy(MemoryPolicy):
         self._meta = frames
         self._offsets = None if offsets is None else offsets.cpu()  # positions live on the host
         self._dtype, self._next_item = dtype, next_item
-        self._open = []  # rebuilt by after_restore, in the restored window's context
+        self._open = []
+        n_cached = int(meta.get("open_cached", 0))
+        if 0 < n_cached <= len(self.segmenter.pending) and "open/keys" in tensors:
+            self._open = list(zip(self.segmenter.pending, self._cached_blocks(n_cached, tensors)))
+
+    def _cached_blocks(self, n: int, tensors: dict[str, torch.Tensor]) -> list[FrameBlock]:
+        """The saved cache of the first ``n`` open members as blocks (provisional ids -1, -2, ...)."""
+        device = self.adapter.device
+        keys, values = tensors["open/keys"].to(device), tensors["open/values"].to(device)  # (n, L, H, T, D)
+        blocks = []
+        for i, member in enumerate(self.segmenter.pending[:n]):
+            unit = self._member_unit(member)
+            positions = tensors["open/positions"][i].cpu()  # (P, T)
+            index = torch.arange(positions.shape[1])
+            layers = [LayerKV(index=index, logical=positions, keys=keys[i, l].clone(), values=values[i, l].clone())
+                      for l in range(self.n_layers)]
+            blocks.append(FrameBlock(block_id=-(i + 1), camera=unit.camera, stamp_ns=unit.stamp_ns, positions=positions,
+                                     key_mean=tensors["open/key_mean"][i].cpu(), layers=layers, stamps_ns=unit.stamps_ns))
+        return blocks
 
     def after_restore(self, store: BlockStore) -> None:
-        self._refresh_open()
+        self._refresh_open()  # members a snapshot did not cache (one written before caching existed)
 
     # --- encoding -----------------------------------------------------------
     def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
@@ -171,15 +198,15 @@ class StreamKVPolicy(MemoryPolicy):
 
     def _refresh_open(self) -> None:
         """Bring the open segment's cached KV up to date: keep the cached members still pending (same
-        member, same place), encode the rest after them, one member per pass as they arrive, so that
-        a cache rebuilt after a snapshot load is bit for bit the one built while streaming."""
+        member, same place), encode the rest in one pass after them (a new frame: one member; a
+        merge: from the merged member on)."""
         pending = self.segmenter.pending
         n = 0
         while n < min(len(pending), len(self._open)) and self._open[n][0] is pending[n]:
             n += 1
         blocks = [block for _, block in self._open[:n]]
-        for member in pending[n:]:
-            blocks = self.engine.encode_units(EncodeJob([self._member_unit(member)], ready=blocks), provisional=True)
+        if n < len(pending):
+            blocks = self.engine.encode_units(EncodeJob([self._member_unit(m) for m in pending[n:]], ready=blocks), provisional=True)
         self._open = list(zip(pending, blocks))
 
     def pending_blocks(self, engine) -> list[FrameBlock]:
