@@ -28,6 +28,7 @@ from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationC
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
+from videokv_node.memory.resident_cache import ResidentCache
 from videokv_node.memory.retrieval_cache import (
     QueryCapture,
     RetrievingCache,
@@ -61,6 +62,8 @@ class VideoMemoryEngine:
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
         self.sink = self._encode_sink()
         self.check_budget(memory)
+        # full and hermes attend to the resident tier as it is: kept placed between steps (memory/resident_cache.py).
+        self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
         self._next_block_id = 0
         self._ingested = 0
         self._ingest_ms = LatencyWindow()
@@ -104,6 +107,7 @@ class VideoMemoryEngine:
             self.config = memory
             self.policy.reconfigure(memory, self.store)
             self._enforce_caps()
+        self._place_resident()
         if generation is not None:
             self.generation = generation
         self._stats = self._snapshot()
@@ -130,6 +134,7 @@ class VideoMemoryEngine:
             self.policy.after_frame(self)
             with self._lock:
                 self._enforce_caps()
+            self._place_resident()
             self._ingest_ms.add(vision_ms + (time.perf_counter() - t1) * 1e3)
         self._stats = self._snapshot()
         return blocks
@@ -151,7 +156,7 @@ class VideoMemoryEngine:
         context = self.policy.encoding_context(self.store, job) + job.ready
         per_layer = present_in(context, self.adapter.geometry.n_layers)
         targets, start = self.policy.layout(self.sink.n_tokens, per_layer)
-        cache = placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+        cache = self._place(per_layer, targets) if not job.ready else placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
         positions = []
         for unit in job.units:
             positions.append(unit.offsets + start)
@@ -200,6 +205,21 @@ class VideoMemoryEngine:
             self.policy.after_encode(self.store, job, blocks)
             self._enforce_caps()
         return blocks
+
+    def _place(self, per_layer, targets):
+        """The cache of a plan: from the resident cache (updated in place) where the policy keeps one."""
+        if self.resident is not None:
+            return self.resident.cache(per_layer, targets)
+        return placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+
+    def _place_resident(self) -> None:
+        """Bring the resident cache to the next frame's encoding context now, so that the next ingest and
+        a question in between (the same context for ``full`` and ``hermes``) find it placed."""
+        if self.resident is None:
+            return
+        per_layer = present_in(self.policy.encoding_context(self.store, EncodeJob([])), self.adapter.geometry.n_layers)
+        targets, _ = self.policy.layout(self.sink.n_tokens, per_layer)
+        self.resident.sync(per_layer, targets)
 
     def new_block_id(self) -> int:
         """An id for a block a policy creates itself (HERMES' summary token)."""
@@ -469,7 +489,7 @@ class VideoMemoryEngine:
                 for l in range(n_layers)
             ]
             targets, next_pos = self.policy.layout(self.sink.n_tokens, per_layer)
-            cache = placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+            cache = self._place(per_layer, targets)
             self.last_layer_blocks = [[b.block_id for b in blocks] for blocks in per_layer]
             self._context_len = max(self.sink.n_tokens + sum(b.layer_tokens(l) for b in blocks) for l, blocks in enumerate(per_layer))
             return cache, {b.block_id: b for blocks in per_layer for b in blocks}, next_pos
@@ -532,6 +552,8 @@ class VideoMemoryEngine:
         with self._lock:
             self.store.clear()
             self.policy.reset()
+        if self.resident is not None:
+            self.resident.clear()
         self._ingest_ms.clear()
         self._stats = self._snapshot()
 
@@ -591,6 +613,9 @@ class VideoMemoryEngine:
                 self.policy.reset()
             raise
         finally:
+            if self.resident is not None:
+                self.resident.clear()
+                self._place_resident()
             self._ingest_ms.clear()
             self.last_layer_blocks, self.last_layer_stamps, self._context_len, self.last_logits = [], [], 0, None
             self._stats = self._snapshot()
@@ -600,6 +625,7 @@ class VideoMemoryEngine:
         self.reset()
         self.store.arena = None
         self.sink = None
+        self.resident = None
         if self.adapter.device.type == "cuda":
             torch.cuda.empty_cache()
 

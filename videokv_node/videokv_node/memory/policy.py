@@ -98,6 +98,9 @@ class MemoryPolicy(ABC):
 
     name: ClassVar[str]
     uses_offload: ClassVar[bool]  # False: a block leaving the device is evicted, not offloaded
+    # True: frames are encoded after the whole resident tier and questions read it as it is, so the
+    # engine keeps it placed between steps (memory/resident_cache.py) instead of rebuilding it.
+    resident_context: ClassVar[bool] = False
 
     def __init__(self, config: MemoryConfig, adapter: VideoLLMAdapter) -> None:
         self.config = config
