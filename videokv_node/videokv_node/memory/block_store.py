@@ -235,9 +235,9 @@ class BlockStore:
         block.tier = Tier.OFFLOADED
         del self._tiers[Tier.RESIDENT][block.block_id]
         offloaded = self._tiers[Tier.OFFLOADED]
+        in_order = not offloaded or next(reversed(offloaded)) < block.block_id
         offloaded[block.block_id] = block
-        if len(offloaded) > 1 and next(reversed(offloaded)) != max(offloaded):
-            # Demoted out of creation order (a policy's own victim): re-sort, rare.
+        if not in_order:  # demoted out of creation order (a policy's own victim): re-sort, rare
             self._tiers[Tier.OFFLOADED] = OrderedDict(sorted(offloaded.items()))
         self.index.move(block)
         self.resident_entries -= n
