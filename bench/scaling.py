@@ -50,7 +50,7 @@ TAIL = 200  # frames whose ingest is averaged before each checkpoint
 REPEATS = 5
 EARLY, MID = 100, 1000
 # 0.5B geometry: a budget and stream a shared 2-core machine can afford (about 2 s a frame on one core).
-BIG_RESIDENT, BIG_WINDOW, BIG_FRAMES, BIG_CHUNK = 4, 2, 7, 2
+BIG_RESIDENT, BIG_WINDOW, BIG_FRAMES, BIG_CHUNK = 4, 2, 8, 2
 
 
 def tiny_config(adapter, policy: str, resident: int = RESIDENT_FRAMES, window: int = WINDOW_FRAMES, **extra) -> MemoryConfig:
@@ -93,7 +93,7 @@ class Probe:
     def run(self) -> None:
         T = self.adapter.tokens_per_frame
         embeds = torch.zeros(1, T, self.adapter.embed_tokens([0]).shape[-1])
-        self.samples.append(plain_prefill_s(self.adapter, RESIDENT_FRAMES * T, embeds, RESIDENT_FRAMES * T, repeats=1, logits=False))
+        self.samples.append(plain_prefill_s(self.adapter, RESIDENT_FRAMES * T, embeds, RESIDENT_FRAMES * T, logits=False))
 
     def mean_ms(self, last: int) -> float:
         return 1e3 * statistics.mean(self.samples[-last:])
@@ -164,20 +164,18 @@ def build_big(seed: int = 0) -> InjectedFeatures:
     return adapter
 
 
-def plain_prefill_s(adapter, n_ctx: int, embeds: torch.Tensor, start: int, repeats: int = REPEATS, logits: bool = True) -> float:
-    """p50 time of ``adapter.forward(embeds)`` over a DynamicCache already holding ``n_ctx`` tokens per layer."""
+def plain_prefill_s(adapter, n_ctx: int, embeds: torch.Tensor, start: int, logits: bool = True) -> float:
+    """Seconds of one ``adapter.forward(embeds)`` over a DynamicCache already holding ``n_ctx`` tokens per layer
+    (the cache is built before the clock starts)."""
     geo = adapter.geometry
-    times = []
-    for _ in range(repeats + 1):
-        kv = [(torch.randn(1, geo.n_kv_heads, n_ctx, geo.head_dim, dtype=geo.dtype),
-               torch.randn(1, geo.n_kv_heads, n_ctx, geo.head_dim, dtype=geo.dtype)) for _ in range(geo.n_layers)]
-        cache = DynamicCache(ddp_cache_data=kv)
-        positions = adapter.text_positions(start, embeds.shape[1])
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            adapter.forward(embeds, positions, cache, logits=logits)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    kv = [(torch.randn(1, geo.n_kv_heads, n_ctx, geo.head_dim, dtype=geo.dtype),
+           torch.randn(1, geo.n_kv_heads, n_ctx, geo.head_dim, dtype=geo.dtype)) for _ in range(geo.n_layers)]
+    cache = DynamicCache(ddp_cache_data=kv)
+    positions = adapter.text_positions(start, embeds.shape[1])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        adapter.forward(embeds, positions, cache, logits=logits)
+    return time.perf_counter() - t0
 
 
 @dataclass
@@ -191,32 +189,50 @@ class BigRow:
     plain_ingest_ms: float
 
 
+BIG_TIMED = 3  # last frames whose ingest is timed (memory full), and repeats of the question
+
+
+def encoding_context_tokens(engine: VideoMemoryEngine) -> int:
+    """Largest per-layer context (sink included) the next frame is encoded after."""
+    blocks = engine.policy.encoding_context(engine.store, EncodeJob([]))
+    per_layer = [sum(b.layer_tokens(l) for b in blocks) for l in range(engine.adapter.geometry.n_layers)]
+    return engine.sink.n_tokens + max(per_layer, default=0)
+
+
 def run_big(n_frames: int, log) -> list[BigRow]:
+    """Engine and plain prefills alternate, so that the shared machine's load falls on both alike."""
     adapter = build_big()
     frames = list(stream(n_frames, seed=0))
     q = mc_question()
     q_ids = adapter.question_ids(q.text, q.options)
+    embeds = adapter.embed_tokens(q_ids)
     rows = []
     for p in POLICIES:
         # HERMES' 16-frame chunk needs a budget of 17 frames; this budget has room for chunks of BIG_CHUNK.
         cfg = tiny_config(adapter, p, BIG_RESIDENT, BIG_WINDOW, hermes=HermesConfig(chunk_frames=BIG_CHUNK))
         engine = VideoMemoryEngine(adapter, cfg, GenerationConfig())
-        for f in frames[:-1]:
+        for f in frames[:-BIG_TIMED]:
             engine.ingest([f])
-        ctx_blocks = engine.policy.encoding_context(engine.store, EncodeJob([]))
-        enc_ctx = engine.sink.n_tokens + max(
-            (sum(b.layer_tokens(l) for b in ctx_blocks) for l in range(adapter.geometry.n_layers)), default=0)
-        t0 = time.perf_counter()
-        engine.ingest([frames[-1]])
-        ingest_ms = 1e3 * (time.perf_counter() - t0)
-        ttft, ctx = ttft_p50(engine, q, repeats=3)
-        embeds = adapter.embed_tokens(q_ids)
-        plain_q = plain_prefill_s(adapter, ctx, embeds, ctx, repeats=3)
-        feat = adapter.encode_frames([frames[-1].rgb])  # (1, T, hidden)
-        plain_f = plain_prefill_s(adapter, enc_ctx, feat, enc_ctx, repeats=1, logits=False)
-        rows.append(BigRow(p, 1e3 * ttft, ctx, 1e3 * plain_q, ingest_ms, enc_ctx, 1e3 * plain_f))
-        log(f"  0.5B {p}: TTFT {1e3 * ttft:.0f} ms vs plain {1e3 * plain_q:.0f} ms (ctx {ctx}); "
-            f"ingest {ingest_ms:.0f} ms vs plain {1e3 * plain_f:.0f} ms (ctx {enc_ctx})")
+        ingest, plain_f, ctxs = [], [], []
+        for f in frames[-BIG_TIMED:]:
+            ctxs.append(encoding_context_tokens(engine))
+            t0 = time.perf_counter()
+            engine.ingest([f])
+            ingest.append(time.perf_counter() - t0)
+            feat = adapter.encode_frames([f.rgb])  # (1, T, hidden)
+            plain_f.append(plain_prefill_s(adapter, ctxs[-1], feat, ctxs[-1], logits=False))
+        engine.ask(q, option_scoring="letter")  # warm-up
+        ttft, plain_q, ctx = [], [], 0
+        for _ in range(BIG_TIMED):
+            answer = engine.ask(q, option_scoring="letter")
+            ttft.append(answer.ttft_s)
+            ctx = answer.n_context_tokens
+            plain_q.append(plain_prefill_s(adapter, ctx, embeds, ctx))
+        med = statistics.median
+        rows.append(BigRow(p, 1e3 * med(ttft), ctx, 1e3 * med(plain_q), 1e3 * med(ingest), max(ctxs), 1e3 * med(plain_f)))
+        r = rows[-1]
+        log(f"  0.5B {p}: TTFT {r.ttft_ms:.0f} ms vs plain {r.plain_ttft_ms:.0f} ms (ctx {ctx}); "
+            f"ingest {r.ingest_ms:.0f} ms vs plain {r.plain_ingest_ms:.0f} ms (ctx {ctxs})")
         engine.close()
     return rows
 
@@ -265,8 +281,8 @@ load-corrected ratios divide the raw ones by the probe's.
 Decoder of Qwen2-0.5B (24 layers, hidden 896, 14 / 2 heads; byte-level tokenizer, see `bench/real_size.py`),
 196 tokens per frame injected after the vision tower. Budget: sink + {BIG_RESIDENT} frames resident,
 {BIG_WINDOW}-frame window (`hermes` with chunks of {BIG_CHUNK} frames: its default 16 needs 17 frames of budget);
-{big_frames} frames streamed, then the last frame's ingest and the multiple-choice
-question (p50 of 3 after a warm-up) are timed. Plain: `adapter.forward` of the same tokens over a
+{big_frames} frames streamed; the ingest of each of the last {BIG_TIMED} (memory full) and the multiple-choice
+question ({BIG_TIMED} times after a warm-up) are timed, each followed by its plain counterpart, medians shown. Plain: `adapter.forward` of the same tokens over a
 `DynamicCache` already holding as many tokens per layer as the engine's context (question: the answer's
 context; ingest: the frame's encoding context), so the ratio is what the engine adds to the model's own
 work. Torch threads: {torch.get_num_threads()}. Target: <= 1.2 for every policy.
