@@ -142,11 +142,15 @@ def run_tiny(n_frames: int, log) -> tuple[list[Row], dict[str, float]]:
 
 
 class InjectedFeatures(LlavaOnevisionAdapter):
-    """The 0.5B-geometry adapter with frame features drawn once and handed out after the vision tower."""
+    """The 0.5B-geometry adapter with random frame features handed out after the vision tower (no tower runs)."""
 
     def encode_frames(self, frames):
-        gen = torch.Generator().manual_seed(len(frames))
-        return torch.randn(len(frames), self.tokens_per_frame, self.model.config.text_config.hidden_size, generator=gen) * 0.02
+        hidden = self.model.config.text_config.hidden_size
+        out = []
+        for rgb in frames:  # seeded by the frame's pixels: the same frame always gets the same features
+            gen = torch.Generator().manual_seed(int(rgb.sum()))
+            out.append(torch.randn(self.tokens_per_frame, hidden, generator=gen) * 0.02)
+        return torch.stack(out)  # (F, T, hidden)
 
 
 def build_big(seed: int = 0) -> InjectedFeatures:

@@ -190,3 +190,22 @@ def test_streamkv_max_segment_s_closes_an_open_segment_by_time(tiny_adapter):
     summaries = sorted((b for b in e.store.blocks() if b.kind == "summary"), key=lambda b: b.order)
     assert [s.stamps_ns for s in summaries] == [tuple(k * 10**9 for k in (1, 2, 3)), tuple(k * 10**9 for k in (4, 5, 6))]
     assert len(frames) == 6 and len(e.policy.pending_units()) == 2  # frames 7 and 8 wait
+
+
+def test_streamkv_cache_larger_than_the_budget_never_demotes_the_window(tiny_adapter):
+    """Budget: sink + window + 1 frame; a segment that never splits outgrows it. Older blocks are demoted
+    for the cache, the window is not, and with nothing left to demote the cache alone stays over."""
+    a = tiny_adapter
+    T, sink = a.tokens_per_frame, len(a.prefix_ids())
+    cfg = StreamKVConfig(similarity_threshold=0.0, min_segment_frames=2, max_segment_frames=6, compression_ratio=0.0,
+                         max_segment_s=3.5)
+    memory = MemoryConfig(policy="streamkv", budget_tokens=sink + 3 * T, local_window_tokens=2 * T, streamkv=cfg)
+    e = VideoMemoryEngine(a, memory, GenerationConfig(max_new_tokens=1))
+    L = a.geometry.n_layers
+    for f in random_frames(11, seed=5):  # segments of 4 frames (+ a summary each) close by time
+        e.ingest([f])
+        window = {b.block_id for b in e.policy.encoding_context(e.store, EncodeJob([]))}
+        assert all(b.tier is Tier.RESIDENT for b in e.store.blocks() if b.block_id in window)
+        assert e.store.resident_entries <= (memory.budget_tokens - sink) * L
+    assert e.store.count(Tier.OFFLOADED) > 0  # older blocks made room for the cache
+    assert len(e.policy.pending_units()) == 3

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.block import FrameBlock, LayerKV
+from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig
@@ -233,9 +233,11 @@ class VideoMemoryEngine:
         # Never for the pending cache's sake demote the encoding window: the next frames' KV would depend on the caps.
         window = {b.block_id for b in self.policy.encoding_context(self.store, EncodeJob([]))} if pending else set()
         while self.store.resident_entries > budget:
+            if pending and self.store.resident_entries <= budget + pending and (
+                not self.store.count(Tier.RESIDENT) or self.policy.demotion_victim(self.store).block_id in window
+            ):
+                break  # only the cache is over: documented in policies/streamkv.py
             victim = self.policy.demotion_victim(self.store)
-            if victim.block_id in window and self.store.resident_entries <= budget + pending:
-                break
             if not (self.policy.uses_offload and self.store.can_offload(victim)):
                 self.store.evict(victim)
                 continue
