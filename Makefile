@@ -9,6 +9,7 @@
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
 #                       videokv-tiny on visual ones (about 30 minutes)
+#   make bench-snapshots a periodic (incremental) snapshot against a full one, tiny and 0.5B geometry (a few minutes)
 #   make bench-scaling  every policy's ingest and TTFT at 1k vs 10k frames (tiny model) and the engine overhead
 #                       ratio at LLaVA-OneVision-0.5B geometry (FRAMES=2000 for a shorter stream; about 15 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
@@ -31,13 +32,14 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-scaling clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-snapshots bench-scaling clean distclean
 
 setup:
 	scripts/setup_env.sh
 
 build: setup
 	scripts/build_ws.sh
+	scripts/setup_ros2tools.sh
 
 test: build
 	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
@@ -65,6 +67,9 @@ bench-long: build
 FRAMES ?= 10000
 bench-scaling: build
 	. ./env.sh && OMP_NUM_THREADS=1 nice -n 10 python -m bench.scaling --frames $(FRAMES)
+
+bench-snapshots: build
+	. ./env.sh && python -m bench.snapshots
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

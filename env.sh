@@ -78,6 +78,12 @@ case ":${PYTHONPATH-}:${AMENT_PREFIX_PATH-}:" in
         _videokv_prepend PYTHONPATH "$_videokv_site"
         ;;
 esac
+# The console script `videokv_node` (what `ros2 launch` and `ros2 run` start) finds its entry point
+# through the package metadata, which colcon's symlink install leaves in the build directory
+# (its pythonpath_develop hook, which env.sh does not run, would add it): add it here.
+if [[ -d "$_videokv_root/ros2_ws/build/videokv_node/videokv_node.egg-info" ]]; then
+    _videokv_prepend PYTHONPATH "$_videokv_root/ros2_ws/build/videokv_node"
+fi
 # The python package from the source tree, first: edits need no rebuild.
 _videokv_prepend PYTHONPATH "$_videokv_root/videokv_node"
 

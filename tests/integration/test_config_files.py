@@ -210,7 +210,12 @@ def _stub_module(name: str) -> types.ModuleType:
 
 @pytest.fixture()
 def launch_description(monkeypatch):
-    """generate_launch_description() run against recording stand-ins of launch and launch_ros."""
+    """generate_launch_description() run against recording stand-ins of launch and launch_ros.
+
+    Kept beside the real `ros2 launch` runs (test_launch_ros.py) for what those cannot check:
+    the launch file's structure (the plain and the lifecycle node described identically but for
+    their condition, every argument documented), and without ../shared/ros2tools at all.
+    """
     for name in ("launch", "launch.actions", "launch.conditions", "launch.substitutions", "launch_ros",
                  "launch_ros.actions", "launch_ros.parameter_descriptions", "launch_ros.substitutions"):
         monkeypatch.setitem(sys.modules, name, _stub_module(name))

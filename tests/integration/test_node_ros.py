@@ -271,7 +271,7 @@ def test_memory_survives_sigkill_through_a_snapshot(ros, tmp_path):
         assert list(after_mc.option_scores) == list(before_mc.option_scores)
         assert stats.frames_in_memory > 0 and stats.tokens_resident <= stats.budget_tokens
     # A clean shutdown wrote its snapshot, complete (the manifest is written last, then the rename).
-    assert (tmp_path / "on_exit" / "manifest.json").is_file() and (tmp_path / "on_exit" / "kv.safetensors").is_file()
+    assert (tmp_path / "on_exit" / "manifest.json").is_file() and (tmp_path / "on_exit" / "state.safetensors").is_file()
     assert not list(tmp_path.glob(".*"))  # no temporary directory left behind
 
 
@@ -357,6 +357,8 @@ def test_sim_time_drives_the_node_clock(ros):
         ({"model": "/nonexistent/checkpoint"}, "nor a local checkpoint directory"),
         ({"camera_qos": "fast"}, "camera_qos must be one of"),
         ({"vision.backend": "cuda"}, "vision.backend must be one of"),
+        ({"model": "videokv-tiny-random", "memory.policy": "mukv", "memory.mukv.patch_split": 5},
+         "memory.mukv.patch_split (5) must divide the 6 tokens of a frame of this model: one of [1, 2, 3, 6]"),
     ],
 )
 def test_bad_configuration_stops_the_node_with_a_clear_reason(ros, params, reason):

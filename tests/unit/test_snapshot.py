@@ -20,6 +20,7 @@ from safetensors import safe_open
 from tests.unit.helpers import scene as scene_frames
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory import snapshot as snapshot_mod
+from videokv_node.memory import snapshot_files
 from videokv_node.memory.block import Tier
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
 from videokv_node.memory.snapshot import SNAPSHOT_VERSION, SnapshotError, load_snapshot, resolve_snapshot_path, save_snapshot
@@ -165,7 +166,8 @@ def test_bfloat16_kv_is_saved_as_bfloat16_and_restored_exactly(tmp_path):
     a = engine(bf16, "rekv")
     feed(a, scene(8))
     save_snapshot(a, tmp_path / "bf")
-    with safe_open(tmp_path / "bf" / "kv.safetensors", "pt") as f:
+    (seg,) = (tmp_path / "bf").glob("seg-*.safetensors")
+    with safe_open(seg, "pt") as f:
         assert f.get_slice("layers/0/keys").get_dtype() == "BF16"
     b = engine(bf16, "rekv")
     load_snapshot(b, tmp_path / "bf")
@@ -296,13 +298,13 @@ def set_block0_tokens(m):
 @pytest.mark.parametrize(
     "edit, match",
     [
-        (lambda m: m.update(version=SNAPSHOT_VERSION + 1), f"version {SNAPSHOT_VERSION + 1}.*reads version {SNAPSHOT_VERSION}"),
+        (lambda m: m.update(version=SNAPSHOT_VERSION + 1), f"version {SNAPSHOT_VERSION + 1}.*reads versions 1, 2"),
         (lambda m: m["model"].update(fingerprint="0123"), "fingerprint 0123"),
         (lambda m: m["model"]["geometry"].update(dtype="bfloat16"), "geometry"),
         (lambda m: m["model"].update(tokens_per_frame=196), "tokens_per_frame is 196 in the snapshot, 16 now"),
         (lambda m: m["model"]["sink_ids"].__setitem__(3, 7), "prompt sink differs from token 3"),
         (lambda m: m.update(format="something else"), "not a videokv memory snapshot"),
-        (set_block0_tokens, "malformed: blocks/positions"),
+        (set_block0_tokens, "malformed: block 0: 17 tokens in the manifest, 16 in its segment"),
         (lambda m: m["engine"].pop("next_block_id"), "malformed: missing 'next_block_id'"),
         (lambda m: m["policy_state"]["frames"].pop(), "policy's state does not fit"),
     ],
@@ -321,14 +323,18 @@ def test_a_policy_state_the_config_cannot_hold_is_refused(tiny_adapter, saved):
 def test_damaged_files_are_refused(victim, saved, tmp_path):
     path = tmp_path / "bad"
     shutil.copytree(saved / "good", path)
-    kv = path / "kv.safetensors"
-    data = bytearray(kv.read_bytes())
+    (seg,) = sorted(path.glob("seg-*.safetensors"))
+    data = bytearray(seg.read_bytes())
     data[-5] ^= 0xFF  # one flipped bit in the K/V: only the checksum sees it
-    kv.write_bytes(bytes(data))
-    refuse(victim, path, "kv.safetensors is corrupt")
-    kv.unlink()
-    refuse(victim, path, "kv.safetensors is missing")
-    shutil.copy(saved / "good" / "kv.safetensors", kv)
+    seg.write_bytes(bytes(data))
+    refuse(victim, path, f"{seg.name} is corrupt")
+    seg.unlink()
+    refuse(victim, path, f"{seg.name} is missing")
+    shutil.copy(saved / "good" / seg.name, seg)
+    state = path / "state.safetensors"
+    state.write_bytes(state.read_bytes()[:-3])
+    refuse(victim, path, "state.safetensors is corrupt")
+    shutil.copy(saved / "good" / "state.safetensors", state)
     text = (path / "manifest.json").read_text()
     (path / "manifest.json").write_text(text[: len(text) // 2])
     refuse(victim, path, "not valid JSON")
@@ -404,7 +410,7 @@ def test_a_failed_save_leaves_the_previous_snapshot_and_no_temporary(tiny_adapte
             raise OSError("rename failed")
         real_rename(src, dst)
 
-    monkeypatch.setattr(snapshot_mod.os, "rename", rename)
+    monkeypatch.setattr(snapshot_files.os, "rename", rename)
     with pytest.raises(OSError, match="rename failed"):
         save_snapshot(a, tmp_path / "s")
     monkeypatch.undo()

@@ -66,6 +66,9 @@ class FrameBlock:
     protected: bool = False  # never compressed (StreamKV summary frames, HERMES summary tokens)
     rep: torch.Tensor | None = None  # policy-specific representative vector
     tier: Tier = Tier.RESIDENT  # changed only by BlockStore
+    # Bumped by BlockStore whenever a layer's K/V change in place (HERMES' running summary token);
+    # compression only ever keeps a subset, so a snapshot may reuse the K/V it stored at the same revision.
+    revision: int = 0
 
     def __post_init__(self) -> None:
         if not self.stamps_ns:

@@ -205,6 +205,7 @@ class BlockStore:
         if block.tier is not Tier.RESIDENT or kv is None or keys.shape != kv.keys.shape:
             raise ValueError("replace_layer needs a resident layer of the same shape")
         kv.keys, kv.values = keys, values
+        block.revision += 1  # snapshots must write this block's K/V again
 
     def set_logical(self, block: FrameBlock, layer: int, logical: torch.Tensor) -> None:
         """Move a layer's tokens to new logical positions (HERMES re-indexing); keys stay as stored."""

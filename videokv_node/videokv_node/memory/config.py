@@ -9,6 +9,8 @@ comments say where a value comes from, and where the paper gave none and we chos
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 POLICIES = ("full", "rekv", "streamkv", "hermes", "mukv")
@@ -161,7 +163,9 @@ class MemoryConfig:
     max_question_tokens: int = 512  # longer questions are refused
     snapshot_dir: str = ""  # where ~/save_memory and ~/load_memory read and write; "" = snapshots disabled
     snapshot_on_shutdown: str = ""  # snapshot name written when the node shuts down cleanly; "" = none
-    restore_on_start: str = ""  # snapshot name loaded at start if it exists; "" = start empty
+    restore_on_start: str = ""  # snapshot name loaded at start if it exists; "latest": the newest good periodic one; "" = start empty
+    snapshot_period_s: float = 0.0  # a periodic snapshot into snapshot_dir every this many seconds (node clock); 0 = off
+    snapshot_keep: int = 3  # periodic snapshots kept (the newest); older ones are deleted after each good write
     streamkv: StreamKVConfig = field(default_factory=StreamKVConfig)
     hermes: HermesConfig = field(default_factory=HermesConfig)
     mukv: MuKVConfig = field(default_factory=MuKVConfig)
@@ -179,8 +183,11 @@ class MemoryConfig:
             raise ConfigError(f"memory.offload_bytes must be >= 0, got {self.offload_bytes}")
         if self.retrieve_frames < 0:
             raise ConfigError(f"memory.retrieve_frames must be >= 0, got {self.retrieve_frames}")
-        if (self.snapshot_on_shutdown or self.restore_on_start) and not self.snapshot_dir:
-            raise ConfigError("memory.snapshot_on_shutdown and memory.restore_on_start need memory.snapshot_dir")
+        if (self.snapshot_on_shutdown or self.restore_on_start or self.snapshot_period_s > 0) and not self.snapshot_dir:
+            raise ConfigError("memory.snapshot_on_shutdown, memory.restore_on_start and memory.snapshot_period_s need memory.snapshot_dir")
+        if self.snapshot_period_s < 0 or self.snapshot_keep < 1:
+            raise ConfigError(f"need memory.snapshot_period_s >= 0 (0: off) and memory.snapshot_keep >= 1, got "
+                              f"{self.snapshot_period_s} and {self.snapshot_keep}")
         if self.local_window_tokens >= self.budget_tokens:
             raise ConfigError(
                 f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
@@ -215,3 +222,26 @@ class GenerationConfig:
             raise ConfigError(
                 f"max_new_tokens must be in [1, {self.max_new_tokens_limit}], got {self.max_new_tokens}"
             )
+
+
+def fit_to_model(memory: MemoryConfig, tokens_per_frame: int) -> tuple[MemoryConfig, list[str]]:
+    """``memory`` with the policy defaults that cannot hold for a model of ``tokens_per_frame`` adapted,
+    and a sentence per adaptation (the node logs them); a value set away from its default that cannot
+    hold raises ConfigError naming the values that would.
+
+    Today one case: MuKV's patch blocks split a frame's tokens in ``patch_split`` equal runs. The
+    paper's 4 fits LLaVA-OneVision's 196 tokens; videokv-tiny has 6, so the default becomes the
+    largest divisor of the frame's tokens not above it (3: patch blocks of 2 tokens).
+    """
+    mukv = memory.mukv
+    if memory.policy != "mukv" or "patch" not in mukv.granularities or tokens_per_frame % mukv.patch_split == 0:
+        return memory, []
+    default = MuKVConfig().patch_split
+    divisors = [d for d in range(1, tokens_per_frame + 1) if tokens_per_frame % d == 0]
+    if mukv.patch_split != default:
+        raise ConfigError(f"memory.mukv.patch_split ({mukv.patch_split}) must divide the {tokens_per_frame} tokens of a frame "
+                          f"of this model: one of {divisors}")
+    split = max(d for d in divisors if d <= default)
+    fitted = dataclasses.replace(memory, mukv=dataclasses.replace(mukv, patch_split=split))
+    return fitted, [f"memory.mukv.patch_split: the default {default} does not divide the {tokens_per_frame} tokens of a frame "
+                    f"of this model; using {split} (patch blocks of {tokens_per_frame // split} tokens)"]

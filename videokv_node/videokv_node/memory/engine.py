@@ -24,7 +24,7 @@ from transformers.cache_utils import DynamicCache
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig, fit_to_model
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
@@ -54,6 +54,8 @@ class VideoMemoryEngine:
 
     def __init__(self, adapter: VideoLLMAdapter, memory: MemoryConfig, generation: GenerationConfig) -> None:
         self.adapter = adapter
+        # Policy defaults the model cannot take are adapted (said in ``adaptations``); set values refused.
+        memory, self.adaptations = fit_to_model(memory, adapter.tokens_per_frame)
         self.config = memory
         self.generation = generation
         self.policy = make_policy(memory, adapter)
@@ -99,6 +101,7 @@ class VideoMemoryEngine:
         enforced at once, as after an ingest: the policy compresses or picks the victims and
         every block that leaves memory is counted in ``frames_evicted``.
         """
+        memory, _ = fit_to_model(memory, self.adapter.tokens_per_frame)  # adapted as at start
         kept = {name: getattr(self.config, name) for name in self.RUNTIME_FIELDS}
         if dataclasses.replace(memory, **kept) != self.config:
             raise ConfigError(f"only memory.{', memory.'.join(self.RUNTIME_FIELDS)} may change at run time; the rest needs a restart")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
-from videokv_node.ros.health import HealthConfig, HealthMonitor, ModelInfo, Status, device_memory
+from videokv_node.ros.health import HealthConfig, HealthMonitor, Level, ModelInfo, Status, device_memory
 
 TOPIC = "/diagnostics"
 
@@ -51,8 +51,13 @@ class DiagnosticsPublisher:
         """A frame arrived on ``camera`` now (node clock)."""
         self.monitor.frame_received(camera, self.node.get_clock().now().nanoseconds)
 
-    def publish(self, counters: dict[str, int], engine, worker) -> None:
-        """Report and publish, stamped with the node clock (engine and worker: the node's, while it is active)."""
+    def publish(self, counters: dict[str, int], engine, worker, snapshots=None) -> None:
+        """Report and publish, stamped with the node clock (engine and worker: the node's, while it is active).
+
+        ``snapshots`` (a PeriodicSnapshotter, when memory.snapshot_period_s > 0) adds the status
+        "videokv: snapshots": WARN when the last good snapshot is older than three periods or
+        the last write failed, with the reason.
+        """
         node = self.node
         now = node.get_clock().now()
         device = str(engine.adapter.device)
@@ -64,4 +69,17 @@ class DiagnosticsPublisher:
             now.nanoseconds, engine.stats(), counters, worker.frames_overflowed, worker.queue_depth,
             worker.queue_size, model, worker_alive=worker.alive, device_memory=device_memory(device),
         )
+        if snapshots is not None:
+            statuses.append(snapshot_status(snapshots.status(now.nanoseconds)))
         self._pub.publish(to_diagnostic_array(statuses, now.to_msg(), node.get_fully_qualified_name()))
+
+
+def snapshot_status(s) -> Status:
+    """The periodic snapshots' state (runtime.periodic_snapshots.SnapshotStatus) as a diagnostic status."""
+    return Status(
+        name="videokv: snapshots",
+        level=Level.OK if s.ok else Level.WARN,
+        message=s.message,
+        values={"last_good_stamp_ns": str(s.last_good_ns), "last_path": s.last_path, "written": str(s.written),
+                "failed": str(s.failed), "skipped": str(s.skipped), "last_error": s.last_error},
+    )

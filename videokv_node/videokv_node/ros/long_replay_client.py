@@ -1,9 +1,11 @@
 """The node's side of the Spava long-replay service: a frame archive and the forwarding of questions.
 
 Choice (issue 5, "frames the node sends"): the node keeps the frames it sampled
-into memory in a bounded in-RAM archive, JPEG-compressed (``spava.archive_frames``
-frames, oldest dropped first): a 384 px frame is ~20 KB, so 2048 frames, over an
-hour at 0.5 fps, cost ~40 MB where their KV would cost gigabytes. A question
+into memory in a bounded in-RAM archive, JPEG-compressed (at most ``spava.archive_bytes``,
+oldest dropped first; ``~/memory_stats`` reports its bytes): a 384 px frame is ~20 KB, so the
+default 40 MiB holds about 2,000 frames, over an hour at 0.5 fps, where their KV would cost
+gigabytes. A cap in bytes, not frames, because a JPEG's size follows the camera's resolution
+and the scene. A question
 whose window starts before the oldest frame still in memory (or whose request
 sets ``long_replay``) is sent with the archived frames of its window, evenly
 thinned to ``spava.max_send_frames`` (a goal is one DDS message). Bags are the
@@ -42,19 +44,41 @@ class _Archived:
 
 
 class FrameArchive:
-    """Sampled frames as JPEG, at most ``capacity``, oldest dropped first; thread-safe."""
+    """Sampled frames as JPEG, at most ``capacity_bytes`` of them, oldest dropped first; thread-safe.
 
-    def __init__(self, capacity: int, quality: int) -> None:
-        self._frames: deque[_Archived] = deque(maxlen=capacity) if capacity else deque(maxlen=0)
+    Invariant: ``bytes`` (the JPEGs' sizes summed) never exceeds ``capacity_bytes``; a frame
+    larger than the whole cap is not kept (counted in ``too_large``).
+    """
+
+    def __init__(self, capacity_bytes: int, quality: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._frames: deque[_Archived] = deque()
+        self._bytes = 0
+        self.too_large = 0  # frames refused because one JPEG exceeded the whole cap
         self._quality = quality
         self._lock = threading.Lock()
 
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._frames)
+
     def add(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
-        if self._frames.maxlen == 0:
+        if self.capacity_bytes == 0:
             return
         _, data = encode_compressed_image(rgb, "jpeg", self._quality)
         with self._lock:
+            if len(data) > self.capacity_bytes:
+                self.too_large += 1
+                return
+            while self._bytes + len(data) > self.capacity_bytes:
+                self._bytes -= len(self._frames.popleft().jpeg)
             self._frames.append(_Archived(camera, stamp_ns, data))
+            self._bytes += len(data)
 
     def window(self, since_ns: int, until_ns: int, cameras: list[str], most: int) -> list[tuple[str, int, np.ndarray]]:
         """(camera, stamp, RGB) of the archived frames in the window, stamp order, evenly thinned to ``most``."""
@@ -78,7 +102,7 @@ class LongReplayClient:
 
     def __init__(self, node: Node, settings: SpavaSettings) -> None:
         self._s = settings
-        self.archive = FrameArchive(settings.archive_frames, settings.archive_quality)
+        self.archive = FrameArchive(settings.archive_bytes, settings.archive_quality)
         self._node = Node(f"{node.get_name()}_long_replay", namespace=node.get_namespace(), context=node.context)
         self._client = ActionClient(self._node, LongReplay, settings.action)
         self._executor = SingleThreadedExecutor(context=node.context)

@@ -46,6 +46,7 @@ from videokv_node.ingest.sampler import FrameSampler, SampleDecision
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.snapshot import SnapshotError, load_snapshot, resolve_snapshot_path, save_snapshot
+from videokv_node.memory.snapshot_series import LATEST, SnapshotSeries
 from videokv_node.memory.question import Frame, RequestError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
@@ -53,6 +54,7 @@ from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
 from videokv_node.ros.health import device_memory
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
+from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 from videokv_node.vision.selection import attach_vision_backend
 
@@ -94,6 +96,14 @@ class VideoKVMixin:
     ``memory.snapshot_on_shutdown`` first if it is set.
     """
 
+    def get_logger(self):
+        """The node's logger; once the ROS context is shut down (Ctrl-C, SIGTERM) a console-only child of
+        it, since rosout can no longer be published to and rclpy would print an error for every line."""
+        logger = super().get_logger()
+        if self.context.ok():
+            return logger
+        return rclpy.logging.get_logger(f"{logger.name}.shutdown")
+
     def _init_steps(self) -> None:
         """Called first by the node's constructor: nothing is held yet."""
         self.settings: Settings | None = None
@@ -106,6 +116,8 @@ class VideoKVMixin:
         self._diagnostics: DiagnosticsPublisher | None = None
         self._diagnostics_timer = None
         self._long_replay: LongReplayClient | None = None  # Spava service client while active, if spava.enabled
+        self._series: SnapshotSeries | None = None  # periodic snapshots' directory while configured, if snapshot_dir is set
+        self._snapshotter: PeriodicSnapshotter | None = None  # while active, if memory.snapshot_period_s > 0
         self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
         self._lock = threading.Lock()
 
@@ -121,15 +133,22 @@ class VideoKVMixin:
             self.adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
             # Logs its choice; may build a TensorRT engine (logged before it starts).
             attach_vision_backend(self.adapter, settings.vision, logger=log)
-            self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
+            try:
+                self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
+            except ValueError as exc:  # a policy's own check against the model (ConfigError is one too)
+                raise ConfigError(f"memory.policy {settings.memory.policy} with model {s.model!r}: {exc}") from exc
         except BaseException:
             self.engine = self.adapter = None
             _free_device_memory()
             raise
+        for note in self.engine.adaptations:
+            log.info(f"adapted to the model: {note}")
         self.settings = settings
         self.sampler = FrameSampler(settings.sampler)
         with self._lock:
             self._counters = dict.fromkeys(self._counters, 0)
+        if settings.memory.snapshot_dir:
+            self._series = SnapshotSeries(settings.memory.snapshot_dir, settings.memory.snapshot_keep)
         self._restore_on_start()
         mem = settings.memory
         log.info(
@@ -188,6 +207,13 @@ class VideoKVMixin:
         self._keep(self.destroy_publisher, self._stats_pub)
         self._keep(self.destroy_timer, self.create_timer(
             s.stats_period_s, self.stats_callback, callback_group=MutuallyExclusiveCallbackGroup()))
+        mem = self.settings.memory
+        if mem.snapshot_period_s > 0:
+            self._snapshotter = PeriodicSnapshotter(self._series, mem.snapshot_period_s, self.get_clock().now().nanoseconds,
+                                                    log=self._log_at)
+            self._keep(self.destroy_timer, self.create_timer(
+                mem.snapshot_period_s, self.snapshot_callback, callback_group=MutuallyExclusiveCallbackGroup()))
+            log.info(f"periodic snapshots every {mem.snapshot_period_s} s into {self._series.root}, newest {mem.snapshot_keep} kept")
         self._diagnostics = DiagnosticsPublisher(self)
         self._keep(lambda d: d.destroy(), self._diagnostics)
         self._diagnostics_timer = self.create_timer(
@@ -229,6 +255,9 @@ class VideoKVMixin:
         if self.worker is not None:
             self.worker.stop(timeout=join_s)
             self.worker = None
+        if self._snapshotter is not None:  # after the worker: a snapshot being written is finished, not cut
+            self._snapshotter.close(wait=True)
+            self._snapshotter = None
 
     def _park(self):
         """Save the memory to a private temporary directory and close the engine (its device memory goes)."""
@@ -272,7 +301,7 @@ class VideoKVMixin:
             self.engine.close()
         if self._parked is not None:
             shutil.rmtree(self._parked.parent, ignore_errors=True)
-        self.engine = self.adapter = self.sampler = self._parked = self.settings = None
+        self.engine = self.adapter = self.sampler = self._parked = self.settings = self._series = None
         _free_device_memory()
         self.get_logger().info("memory and model released")
 
@@ -485,11 +514,25 @@ class VideoKVMixin:
         return info
 
     def _restore_on_start(self) -> None:
-        """Load ``memory.restore_on_start`` if it exists; a missing or refused snapshot starts empty, logged."""
+        """Load ``memory.restore_on_start`` if it exists; a missing or refused snapshot starts empty, logged.
+
+        ``latest``: the newest periodic snapshot that passes every check, older ones after a
+        refusal (each refusal logged with its reason), else an empty memory.
+        """
         mem = self.settings.memory
         if not mem.restore_on_start:
             return
         log = self.get_logger()
+        if mem.restore_on_start == LATEST:
+            info, refusals = self._series.restore_latest(self.engine)
+            for r in refusals:
+                log.error(f"periodic snapshot {r.path.name} refused: {r.reason}")
+            if info is None:
+                found = "none of the periodic snapshots passed its checks" if refusals else "no periodic snapshot yet"
+                log.info(f"{found} in {self._series.root}: starting with an empty memory")
+            else:
+                log.info(f"memory restored from {info.path}: {info.blocks} blocks, {info.frames_ingested} frames ingested")
+            return
         try:
             target = resolve_snapshot_path(mem.snapshot_dir, name=mem.restore_on_start)
             if not target.exists():
@@ -516,6 +559,25 @@ class VideoKVMixin:
         except (SnapshotError, OSError) as exc:
             self.get_logger().error(f"memory not saved on shutdown: {exc}")
 
+    def snapshot_callback(self) -> None:
+        """memory.snapshot_period_s: start the next periodic snapshot (node clock; written off the model thread)."""
+        snapshotter, worker, engine = self._snapshotter, self.worker, self.engine
+        if snapshotter is None or worker is None or engine is None:  # fired just before a deactivation
+            return
+        snapshotter.tick(self.get_clock().now().nanoseconds, worker, engine)
+
+    def _log_at(self, level: str, text: str) -> None:
+        """The periodic snapshotter's log lines (from its threads), throttled where they can repeat."""
+        log = self.get_logger()
+        if level == "debug":
+            log.debug(text)
+        elif level == "info":
+            log.info(text)
+        elif level == "warn":
+            log.warn(text, throttle_duration_sec=WARN_THROTTLE_S)
+        else:
+            log.error(text)
+
     def stats_callback(self) -> None:
         """Publish ~/memory_stats (node clock, so it follows use_sim_time)."""
         engine, worker = self.engine, self.worker
@@ -528,6 +590,12 @@ class VideoKVMixin:
         s = self.settings.node
         conversions.fill_stats(msg, engine.stats(), counters, worker.queue_depth, s.model, str(engine.adapter.device),
                                vision_backend=engine.adapter.vision_backend.name)
+        snapshots, long_replay = self._snapshotter, self._long_replay
+        if snapshots is not None:
+            status = snapshots.status(self.get_clock().now().nanoseconds)
+            msg.last_snapshot_stamp = conversions.ns_to_time(status.last_good_ns)
+            msg.snapshots_failed = status.failed
+        msg.spava_archive_bytes = long_replay.archive.bytes if long_replay is not None else 0
         self._stats_pub.publish(msg)
 
     def diagnostics_callback(self) -> None:
@@ -537,7 +605,8 @@ class VideoKVMixin:
             return
         with self._lock:
             counters = dict(self._counters)
-        diagnostics.publish(counters, engine, worker)
+        snapshots = self._snapshotter
+        diagnostics.publish(counters, engine, worker, snapshots=snapshots)
 
     # --- run-time parameters (params.RUNTIME) -------------------------------
     def parameters_callback(self, params) -> SetParametersResult:

@@ -81,15 +81,15 @@ class SpavaSettings:
     action: str = "/videokv/long_replay"  # name of the service's LongReplay action
     wait_s: float = 1.0  # how long to look for the service before answering from memory instead
     timeout_s: float = 600.0  # a forwarded question not answered by then fails
-    archive_frames: int = 2048  # sampled frames kept as JPEG in RAM to send to the service; 0 = none
+    archive_bytes: int = 40 << 20  # cap on the sampled frames kept as JPEG in RAM for the service (~2,000 384 px frames); 0 = none
     archive_quality: int = 90  # JPEG quality of the archive, 1..100
     max_send_frames: int = 256  # frames per goal at most, evenly spaced over the question's window
 
     def __post_init__(self) -> None:
         if self.wait_s <= 0 or self.timeout_s <= 0:
             raise ConfigError("spava.wait_s and spava.timeout_s must be > 0")
-        if self.archive_frames < 0 or self.max_send_frames < 1:
-            raise ConfigError("need spava.archive_frames >= 0 and spava.max_send_frames >= 1")
+        if self.archive_bytes < 0 or self.max_send_frames < 1:
+            raise ConfigError("need spava.archive_bytes >= 0 and spava.max_send_frames >= 1")
         if not 1 <= self.archive_quality <= 100:
             raise ConfigError(f"spava.archive_quality must be in [1, 100], got {self.archive_quality}")
         if not self.action:
@@ -147,7 +147,9 @@ _DESCRIPTIONS = {
     "memory.page_tokens": "allocation unit of the host arena, in tokens",
     "memory.snapshot_dir": "directory of memory snapshots (~/save_memory, ~/load_memory); empty: snapshots disabled",
     "memory.snapshot_on_shutdown": "snapshot name written when the node shuts down cleanly; empty: none",
-    "memory.restore_on_start": "snapshot name loaded at start if present (a bad one is logged, memory starts empty); empty: none",
+    "memory.restore_on_start": "snapshot name loaded at start if present (a bad one is logged, memory starts empty); 'latest': the newest periodic snapshot that passes every check, falling back to older ones; empty: none",
+    "memory.snapshot_period_s": "seconds (node clock) between periodic snapshots into memory.snapshot_dir, each writing only what is new; 0: off",
+    "memory.snapshot_keep": "periodic snapshots kept, the newest; older ones are deleted after each good write",
     "memory.max_question_tokens": "longer questions are refused",
     "memory.streamkv.similarity_threshold": "StreamKV: adjacent-frame cosine below this starts a segment (paper: 0.99)",
     "memory.streamkv.min_segment_frames": "StreamKV m: segments are at least this many frames (paper: 4)",
@@ -199,7 +201,7 @@ _DESCRIPTIONS = {
     "spava.action": "name of the Spava service's LongReplay action",
     "spava.wait_s": "seconds to look for the LongReplay service before answering from memory (and saying so)",
     "spava.timeout_s": "seconds a forwarded question may take before it fails",
-    "spava.archive_frames": "sampled frames kept as JPEG in RAM for the service; 0 = none",
+    "spava.archive_bytes": "cap in bytes on the sampled frames kept as JPEG in RAM for the service, oldest dropped first; 0 = none",
     "spava.archive_quality": "JPEG quality of the frame archive, 1..100",
     "spava.max_send_frames": "frames per LongReplay goal at most, evenly spaced over the question's window",
     "max_new_tokens_limit": "requests asking for more tokens are refused",
@@ -220,7 +222,7 @@ _SECTIONS = (
 # Integer parameters for which 0 is meaningful ("none", "default" or "off"); every other
 # integer must be >= 1.
 _ZERO_OK = frozenset({
-    "seed", "torch_threads", "camera_qos_depth", "memory.offload_bytes", "memory.retrieve_frames", "spava.archive_frames",
+    "seed", "torch_threads", "camera_qos_depth", "memory.offload_bytes", "memory.retrieve_frames", "spava.archive_bytes",
     "memory.mukv.retrieve_patch", "memory.mukv.retrieve_frame", "memory.mukv.retrieve_segment",
 })
 # Doubles with no range: negative values mean something (sample_fps <= 0: every frame) or
@@ -306,7 +308,9 @@ def declare(node: Node, lifecycle: bool = False) -> None:
     for name, (_, _, default) in parameter_table().items():
         try:
             if isinstance(default, list):
-                node.declare_parameter(name, Parameter.Type.STRING_ARRAY, _descriptor(name, default, lifecycle))
+                # Declared with its value, so `ros2 param get/dump` show it however the node was started;
+                # [""] stands for an empty list (a parameter cannot hold a typed empty array).
+                node.declare_parameter(name, [str(v) for v in default] or [""], _descriptor(name, default, lifecycle))
             else:
                 node.declare_parameter(name, default, _descriptor(name, default, lifecycle))
         except ParameterException as exc:  # wrong type or outside the descriptor's range; names the parameter
