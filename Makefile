@@ -15,6 +15,8 @@
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
+#   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
+#                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles (about 15 minutes)
 #
 # On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
 
@@ -32,7 +34,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-snapshots bench-scaling clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -67,6 +69,9 @@ bench-long: build
 FRAMES ?= 10000
 bench-scaling: build
 	. ./env.sh && OMP_NUM_THREADS=1 nice -n 10 python -m bench.scaling --frames $(FRAMES)
+
+bench-grounding: build
+	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30
 
 bench-snapshots: build
 	. ./env.sh && python -m bench.snapshots

@@ -5,6 +5,7 @@
         image_topic:=/camera/color/image_raw policy:=rekv use_sim_time:=true
     ros2 launch videokv_node memory.launch.py policy:=streamkv question_stage:=tgvkv
     ros2 launch videokv_node memory.launch.py lifecycle:=true   # then: ros2 lifecycle set /videokv configure
+    ros2 launch videokv_node memory.launch.py pose_topic:=/odom  # store the robot's pose with every frame
 
 The camera QoS comes from the params file (sensor_data by default, as in the
 node), so the launch default and the node default always agree. With
@@ -33,6 +34,9 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("policy", default_value="rekv", description="memory policy: full, rekv, streamkv, hermes or mukv"),
         DeclareLaunchArgument("question_stage", default_value="none", description="question-time stage: none or tgvkv (TGV-KV)"),
         DeclareLaunchArgument("image_topic", default_value="image", description="camera topic the 'image' input is remapped to"),
+        DeclareLaunchArgument("pose_topic", default_value="",
+                              description="robot pose topic (nav_msgs/Odometry, geometry_msgs/PoseStamped or "
+                                          "PoseWithCovarianceStamped) stored with every frame; empty: no poses"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (bag replay, simulation)"),
         DeclareLaunchArgument("lifecycle", default_value="false",
                               description="true: a managed (lifecycle) node, unconfigured until configure; false: the plain node"),
@@ -52,6 +56,7 @@ def generate_launch_description() -> LaunchDescription:
                 "model": ParameterValue(LaunchConfiguration("model"), value_type=str),
                 "memory.policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
                 "memory.question_stage": ParameterValue(LaunchConfiguration("question_stage"), value_type=str),
+                "pose_topic": ParameterValue(LaunchConfiguration("pose_topic"), value_type=str),
                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
                 "lifecycle": ParameterValue(lifecycle, value_type=bool),
             },

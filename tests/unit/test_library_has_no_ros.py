@@ -3,7 +3,7 @@ import in a fresh interpreter where any ROS import fails.
 
 A subprocess, so nothing already imported by other tests (or a sourced ROS
 environment) can hide an import; a meta-path finder refuses rclpy, rosidl*,
-sensor_msgs, std_msgs and builtin_interfaces before any other finder is asked.
+sensor_msgs, std_msgs, geometry_msgs, nav_msgs and builtin_interfaces before any other finder is asked.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     import importlib, importlib.abc, pkgutil, sys
 
-    BLOCKED = ("rclpy", "sensor_msgs", "std_msgs", "builtin_interfaces")
+    BLOCKED = ("rclpy", "sensor_msgs", "std_msgs", "geometry_msgs", "nav_msgs", "tf2_ros", "builtin_interfaces")
 
     class NoRos(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
 
     sys.meta_path.insert(0, NoRos())
 
-    names = ["videokv_node.synthetic"]
+    names = ["videokv_node.synthetic", "videokv_node.pose"]
     for pkg_name in ("videokv_node.memory", "videokv_node.models", "videokv_node.ingest"):
         pkg = importlib.import_module(pkg_name)
         names.append(pkg_name)
@@ -55,6 +55,8 @@ def test_library_imports_without_ros():
         "videokv_node.memory.policies.rekv",
         "videokv_node.models.llava_onevision",
         "videokv_node.ingest.image_decode",
+        "videokv_node.ingest.pose_history",
+        "videokv_node.pose",
         "videokv_node.synthetic",
     ):
         assert expected in imported
@@ -68,6 +70,7 @@ def test_the_guard_catches_a_ros_import(tmp_path):
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "synthetic.py").write_text("")
+    (pkg / "pose.py").write_text("")
     (pkg / "memory" / "bad.py").write_text("import rclpy\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60)

@@ -47,7 +47,7 @@ def test_an_incremental_snapshot_writes_only_new_blocks_and_restores_exactly(tin
     feed(a, frames[10:12])
     second = save_snapshot(a, tmp_path / "s2", base=tmp_path / "s1")
     now = manifest(tmp_path / "s2")
-    assert now["version"] == SNAPSHOT_VERSION == 2
+    assert now["version"] == SNAPSHOT_VERSION == 3  # 3: version 2 plus poses (issue 17)
     segs = segment_blocks(tmp_path / "s2")
     linked = [s for s in segs if (tmp_path / "s1" / s).exists()]
     new = [s for s in segs if s not in linked]
@@ -138,7 +138,7 @@ def test_a_version_1_snapshot_still_loads(tiny_adapter, tmp_path):
             assert (b.store.layer_kv(x, 0)[0].cpu() == keys0[:, at : at + n]).all()
             at += n
     assert at == keys0.shape[1]
-    save_snapshot(b, tmp_path / "v2")  # and it is written back as version 2
+    save_snapshot(b, tmp_path / "v2")  # and it is written back in the current version
     c = engine(tiny_adapter, "hermes")
     load_snapshot(c, tmp_path / "v2")
     assert memory_of(c) == memory_of(b)

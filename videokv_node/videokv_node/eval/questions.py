@@ -2,7 +2,9 @@
 
 A JSON list of videos, each ``{video_id, duration?, conversations: [...]}``; a
 conversation is ``{question, choices?, answer, end_time, start_time?, question_type?,
-evidence_stamps?}`` (``evidence_stamps``: the ground-truth frames' times, for needle recall).
+evidence_stamps?, time_spans?}`` (``evidence_stamps``: the ground-truth frames' times, for needle
+recall; ``time_spans``: ``[[start, end], ...]``, when what is asked about was in view, for
+temporal grounding, eval/grounding.py).
 ``end_time`` (seconds from the start of the stream) is when the question is asked;
 ``choices`` make it multiple-choice, and its ``answer`` is then an option letter
 ("B", "(B)", "B.") or the text of an option (with or without its "B. " prefix).
@@ -43,6 +45,7 @@ class EvalQuestion:
     start_time: float | None = None  # start of the span the question is about (informational)
     question_type: str = ""  # category for per-type accuracy ("" when the file has none)
     evidence_stamps: tuple[float, ...] = ()  # ground truth: stream times (s) of the frames holding the answer (eval/recall.py)
+    time_spans: tuple[tuple[float, float], ...] = ()  # ground truth: (start, end) s when the answer was in view (eval/grounding.py)
 
     def answer_index(self) -> int | None:
         """The index of the correct choice; None for an open question (or an answer naming no choice)."""
@@ -89,6 +92,22 @@ def _number(value, where: str, name: str, required: bool) -> float | None:
     return float(value)
 
 
+def _spans(raw, where: str) -> tuple[tuple[float, float], ...]:
+    """``time_spans``: a list of [start, end] pairs of seconds >= 0, start <= end."""
+    if not isinstance(raw, list):
+        raise QuestionFileError(f"{where}: 'time_spans' must be a list of [start, end] pairs, got {raw!r}")
+    spans = []
+    for i, pair in enumerate(raw):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise QuestionFileError(f"{where}: time_spans[{i}] must be a [start, end] pair, got {pair!r}")
+        a = _number(pair[0], where, f"time_spans[{i}][0]", required=True)
+        b = _number(pair[1], where, f"time_spans[{i}][1]", required=True)
+        if a > b:
+            raise QuestionFileError(f"{where}: time_spans[{i}] starts at {a} after its end {b}")
+        spans.append((a, b))
+    return tuple(spans)
+
+
 def _question(entry, where: str) -> EvalQuestion:
     if not isinstance(entry, dict):
         raise QuestionFileError(f"{where}: expected an object, got {type(entry).__name__}")
@@ -116,8 +135,9 @@ def _question(entry, where: str) -> EvalQuestion:
     if not isinstance(raw_evidence, list):
         raise QuestionFileError(f"{where}: 'evidence_stamps' must be a list of seconds, got {raw_evidence!r}")
     evidence = tuple(_number(v, where, "evidence_stamps[]", required=True) for v in raw_evidence)
+    spans = _spans(entry.get("time_spans") or [], where)
     q = EvalQuestion(text.strip(), tuple(strip_choice_prefixes(raw_choices)), answer.strip(), end, start, qtype.strip(),
-                     evidence)
+                     evidence, spans)
     if q.choices and q.answer_index() is None:
         raise QuestionFileError(f"{where}: answer {answer!r} is neither an option letter nor the text of one of {list(q.choices)}")
     return q

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from videokv_node.eval.bag_io import BagError, BagImage, ImageBag
 from videokv_node.eval.questions import EvalQuestion, VideoQuestions
+from videokv_node.eval.grounding import in_span, span_recall, spans_ns
 from videokv_node.eval.recall import needle_recall
 from videokv_node.eval.results import QuestionResult, ResultWriter
 from videokv_node.eval.settings import EngineSettings
@@ -231,6 +232,7 @@ def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter, origin_ns
         correct = _normalise(reply.prediction) == _normalise(q.answer)
     needles = [origin_ns + round(s * NS_PER_S) for s in q.evidence_stamps]
     recall, recall_layers = needle_recall(needles, reply.evidence_ns, reply.layer_evidence_ns)
+    spans = spans_ns(q.time_spans, q.evidence_stamps, origin_ns)
     writer.add(QuestionResult(
         video_id=video_id, question=q.question, answer=q.answer, prediction=reply.prediction,
         option_index=reply.option_index, correct=correct, ttft_s=reply.ttft_s, total_s=reply.total_s,
@@ -239,6 +241,7 @@ def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter, origin_ns
         bytes_offloaded=state.bytes_offloaded, evidence_stamps=list(reply.evidence_ns),
         question_type=q.question_type, stream_time_s=q.end_time, method=reply.method,
         needle_recall=recall, needle_recall_layers=recall_layers,
+        span_recall=span_recall(reply.evidence_ns, spans), in_span=in_span(reply.evidence_ns, spans),
     ))
 
 

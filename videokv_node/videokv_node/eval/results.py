@@ -25,7 +25,7 @@ COLUMNS = (
     "video_id", "question", "answer", "prediction", "option_index", "correct", "ttft_s", "total_s",
     "encode_ms_total", "frames_in_memory", "tokens_resident", "bytes_resident", "bytes_offloaded", "evidence_stamps",
 )
-EXTRA_COLUMNS = ("question_type", "stream_time_s", "method", "needle_recall", "needle_recall_layers")
+EXTRA_COLUMNS = ("question_type", "stream_time_s", "method", "needle_recall", "needle_recall_layers", "span_recall", "in_span")
 
 
 @dataclass(slots=True)
@@ -51,6 +51,8 @@ class QuestionResult:
     method: str = ""  # how options were scored ("likelihood", "letter", "cloze"); "" for open questions
     needle_recall: float | None = None  # share of the ground-truth frames attended in any layer (eval/recall.py); None: no ground truth
     needle_recall_layers: float | None = None  # mean per-layer share; None: no ground truth or per-layer choice unseen
+    span_recall: float | None = None  # share of the ground-truth time spans holding an evidence frame (eval/grounding.py)
+    in_span: float | None = None  # share of the evidence frames inside a ground-truth span; None: no spans
 
     def csv_row(self) -> list[str]:
         values = dataclasses.asdict(self)
@@ -58,7 +60,7 @@ class QuestionResult:
         values["correct"] = "" if self.correct is None else str(int(self.correct))
         for key in ("ttft_s", "total_s", "stream_time_s"):
             values[key] = f"{values[key]:.6f}"
-        for key in ("needle_recall", "needle_recall_layers"):
+        for key in ("needle_recall", "needle_recall_layers", "span_recall", "in_span"):
             values[key] = "" if values[key] is None else f"{values[key]:.4f}"
         values["encode_ms_total"] = f"{self.encode_ms_total:.3f}"
         return [str(values[c]) for c in COLUMNS + EXTRA_COLUMNS]
@@ -149,6 +151,7 @@ class ResultWriter:
             "accuracy": (sum(bool(r.correct) for r in judged) / len(judged)) if judged else None,
             "accuracy_per_question_type": {t: {"accuracy": sum(v) / len(v), "n": len(v)} for t, v in sorted(types.items())},
             "needle_recall": _recall_summary(self.rows),
+            "grounding": _grounding_summary(self.rows),
             "ttft_s": _percentiles([r.ttft_s for r in self.rows]),
             "total_s": _percentiles([r.total_s for r in self.rows]),
             "ingest_ms_per_frame": _percentiles(self.ingest_ms),
@@ -237,6 +240,18 @@ def _recall_summary(rows: list[QuestionResult]) -> dict:
     }
 
 
+def _grounding_summary(rows: list[QuestionResult]) -> dict:
+    """Over the questions with ground-truth spans: the mean share of spans the evidence reached and
+    the mean share of evidence frames inside a span (eval/grounding.py)."""
+    with_gt = [r for r in rows if r.span_recall is not None]
+    inside = [r.in_span for r in with_gt if r.in_span is not None]
+    return {
+        "n": len(with_gt),
+        "span_recall": sum(r.span_recall for r in with_gt) / len(with_gt) if with_gt else None,
+        "in_span": sum(inside) / len(inside) if inside else None,
+    }
+
+
 def _fmt(value, scale: float = 1.0, unit: str = "") -> str:
     return "n/a" if value is None else f"{value * scale:.1f}{unit}"
 
@@ -254,8 +269,13 @@ def _report(summary: dict, plots: list[tuple[str, str]]) -> str:
         f"{_fmt(summary['ingest_ms_per_frame']['p95'], 1, ' ms')}",
         f"- peak KV memory: {summary['peak_bytes_resident'] / 2**20:.2f} MiB resident, "
         f"{summary['peak_bytes_offloaded'] / 2**20:.2f} MiB offloaded",
-        "",
     ]
+    g = summary.get("grounding") or {}
+    if g.get("n"):
+        inside = "n/a" if g["in_span"] is None else f"{g['in_span']:.2f}"
+        lines.append(f"- temporal grounding over {g['n']} questions with ground-truth spans: evidence reached "
+                     f"{g['span_recall']:.2f} of the spans, {inside} of the evidence frames lie in one")
+    lines.append("")
     if summary["accuracy_per_question_type"]:
         lines += ["| question type | accuracy | n |", "|---|---|---|"]
         lines += [f"| {t} | {v['accuracy']:.3f} | {v['n']} |" for t, v in summary["accuracy_per_question_type"].items()]

@@ -14,6 +14,8 @@ from enum import Enum
 
 import torch
 
+from videokv_node.pose import Pose
+
 
 class Tier(Enum):
     RESIDENT = "resident"  # K/V tensors on the model's device
@@ -69,6 +71,14 @@ class FrameBlock:
     # Bumped by BlockStore whenever a layer's K/V change in place (HERMES' running summary token);
     # compression only ever keeps a subset, so a snapshot may reuse the K/V it stored at the same revision.
     revision: int = 0
+    poses: tuple[Pose | None, ...] = ()  # robot pose at each of stamps_ns (same order), None where unknown; set by the engine
+
+    def pose_at(self, stamp_ns: int) -> Pose | None:
+        """The robot's pose when the frame stamped ``stamp_ns`` (one of ``stamps_ns``) was taken, if known."""
+        for s, pose in zip(self.stamps_ns, self.poses):
+            if s == stamp_ns:
+                return pose
+        return None
 
     def __post_init__(self) -> None:
         if not self.stamps_ns:

@@ -25,6 +25,7 @@ from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig, fit_to_model
+from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_policy, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
@@ -39,6 +40,7 @@ from videokv_node.memory.retrieval_cache import (
 from videokv_node.memory.snapshot import SnapshotInfo, load_snapshot, save_snapshot
 from videokv_node.memory.stats import EngineStats, LatencyWindow
 from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.pose import Pose
 
 
 class VideoMemoryEngine:
@@ -73,6 +75,12 @@ class VideoMemoryEngine:
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self.last_layer_stamps: list[list[int]] = []  # per layer, stamps of the frames the last question attended to
         self._context_len = 0  # largest per-layer context (sink included) of the last question
+        # Poses of frames by (camera, stamp): filled from Frame.pose at ingest, read when a block is
+        # made (a policy may build a block from frames received earlier), pruned after evictions to
+        # the frames still in memory or waiting (``_prune_poses``). Blocks keep their own copy
+        # (FrameBlock.poses), the evidence and snapshots read that.
+        self._frame_poses: dict[tuple[str, int], Pose] = {}
+        self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
         self.policy.setup(self, self.probe)
         self._stats = self._snapshot()
@@ -128,6 +136,9 @@ class VideoMemoryEngine:
         vision_ms = (time.perf_counter() - t0) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
         blocks = []
+        for frame in frames:
+            if frame.pose is not None:
+                self._frame_poses[(frame.camera, frame.stamp_ns)] = frame.pose
         for frame, feat in zip(frames, feats):
             t1 = time.perf_counter()
             unit = Unit(feat=feat, offsets=offsets, camera=frame.camera, stamp_ns=frame.stamp_ns)
@@ -139,8 +150,35 @@ class VideoMemoryEngine:
                 self._enforce_caps()
             self._place_resident()
             self._ingest_ms.add(vision_ms + (time.perf_counter() - t1) * 1e3)
+        self._prune_poses()
         self._stats = self._snapshot()
         return blocks
+
+    def _prune_poses(self) -> None:
+        """Forget the poses of frames neither pending nor cited by a block in memory (evicted ones).
+
+        A received frame is pending, cited by a block or newer than every block's frames (waiting
+        in a policy's state), and only leaves memory by an eviction (counted), so the table is
+        scanned only after evictions: O(blocks) then, O(1) otherwise.
+        """
+        if not self._frame_poses or self.store.evicted_blocks == self._poses_pruned_at:
+            return
+        self._poses_pruned_at = self.store.evicted_blocks
+        live = {(u.camera, s) for u in self.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
+        newest: dict[str, int] = {}  # per camera, the newest stamp a block cites
+        with self._lock:
+            for b in self.store.blocks():
+                live.update((b.camera, s) for s in b.stamps_ns)
+                newest[b.camera] = max(newest.get(b.camera, -1), *b.stamps_ns)
+        # Frames newer than any block's may wait in a policy's own state (MuKV's partial segment
+        # when it keeps no frame blocks) without being pending units: kept.
+        self._frame_poses = {(c, s): p for (c, s), p in self._frame_poses.items() if (c, s) in live or s > newest.get(c, -1)}
+
+    def pending_poses(self) -> dict[tuple[str, int], Pose]:
+        """Poses of frames received but cited by no block yet (an open segment, MuKV's partial one);
+        snapshots keep them."""
+        cited = {(b.camera, s) for b in self.store.blocks() for s in b.stamps_ns}
+        return {k: p for k, p in self._frame_poses.items() if k not in cited}
 
     @torch.inference_mode()
     def encode_units(self, job: EncodeJob, provisional: bool = False) -> list[FrameBlock]:
@@ -195,6 +233,7 @@ class VideoMemoryEngine:
                     stamps_ns=unit.stamps_ns,
                     rank=unit.rank,
                     protected=unit.protected,
+                    poses=tuple(self._frame_poses.get((unit.camera, s)) for s in (unit.stamps_ns or (unit.stamp_ns,))),
                 )
             )
             self._next_block_id += 0 if provisional else 1
@@ -470,11 +509,43 @@ class VideoMemoryEngine:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         return logits, cache, chosen, next_pos
 
+    @torch.inference_mode()
+    def locate(self, query: LocateQuery) -> LocateResult:
+        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``); no text generated.
+
+        Ranked by the policy's retrieval scores where it has them, else by one question prefill's
+        attention mass. Refuses (RequestError, nothing changed) an empty query, ``top_k`` < 1, a bad
+        time window, a query longer than ``memory.max_question_tokens``, or no frames to rank.
+        """
+        t0 = time.perf_counter()
+        if query.top_k < 1:
+            raise RequestError(f"top_k must be at least 1, got {query.top_k}")
+        question = Question(query.text, cameras=list(query.cameras), since_ns=query.since_ns, until_ns=query.until_ns)
+        ids = self.validate(question)  # empty text, window and length checks, as for a question
+        candidates = self.candidates(question)
+        scores = self.policy.locate_scores(candidates, self.probe, query.text)
+        if scores is not None:
+            blocks, values, method = candidates, scores.tolist(), "retrieval"
+        else:
+            mass = AttentionMass()
+            _, _, chosen, _ = self._prefill(question, ids, 1, mass)
+            per_block = block_masses(mass, self.last_layer_blocks, chosen, self.sink.n_tokens)
+            blocks = [chosen[bid] for bid in per_block]
+            values, method = list(per_block.values()), "attention"
+        moments = rank_moments(blocks, values, query.top_k)
+        return LocateResult(moments, method, time.perf_counter() - t0)
+
     @staticmethod
     def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:
-        """The frames an answer attended to, oldest first (a summary token with no stamp cites none)."""
-        cited = {(s, b.camera) for b in chosen.values() if b.stamp_ns > 0 or b.kind != "summary" for s in b.stamps_ns}
-        return [Evidence(s, c) for s, c in sorted(cited)]
+        """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
+        each with the robot's pose when it was taken where the frame came with one."""
+        cited: dict[tuple[int, str], Pose | None] = {}
+        for b in chosen.values():
+            if b.stamp_ns > 0 or b.kind != "summary":
+                for s in b.stamps_ns:
+                    if cited.get((s, b.camera)) is None:
+                        cited[(s, b.camera)] = b.pose_at(s)
+        return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]
 
     def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
         """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.
@@ -559,6 +630,7 @@ class VideoMemoryEngine:
             self.policy.reset()
         if self.resident is not None:
             self.resident.clear()
+        self._frame_poses = {}
         self._ingest_ms.clear()
         self._stats = self._snapshot()
 
@@ -589,6 +661,7 @@ class VideoMemoryEngine:
         evicted_entries: int,
         policy_meta: dict,
         policy_tensors: dict[str, torch.Tensor],
+        pending_poses: dict[tuple[str, int], Pose] | None = None,
     ) -> None:
         """Replace every block, the counters and the policy's state (``snapshot.load_snapshot`` calls it).
 
@@ -598,7 +671,8 @@ class VideoMemoryEngine:
         KeyError, TypeError, IndexError) with nothing changed. Then the memory is swapped and
         the current caps enforced as after an ingest: the policy's own (``after_restore``),
         then the resident budget and the host arena, the policy choosing the victims and
-        every eviction counted. Nothing there is expected to fail; should it (a bug, host
+        every eviction counted. The pose table is rebuilt from the blocks' poses and
+        ``pending_poses`` (frames cited by no block yet). Nothing there is expected to fail; should it (a bug, host
         memory exhausted), the memory is left empty rather than half restored.
         """
         by_id = {b.block_id: b for b in blocks}
@@ -612,10 +686,17 @@ class VideoMemoryEngine:
                 self._next_block_id, self._ingested = next_block_id, frames_ingested
                 self.policy.after_restore(self.store)
                 self._enforce_caps()
+            self._frame_poses = dict(pending_poses or {})
+            self._frame_poses.update(
+                ((b.camera, s), p) for b in blocks for s, p in zip(b.stamps_ns, b.poses) if p is not None
+            )
+            self._poses_pruned_at = -1  # the restore may have evicted: scan once
+            self._prune_poses()
         except BaseException:
             with self._lock:
                 self.store.clear()
                 self.policy.reset()
+            self._frame_poses = {}
             raise
         finally:
             if self.resident is not None:

@@ -211,6 +211,12 @@ class MemoryPolicy(ABC):
         """
         return self.question_selection(store, candidates.blocks(), probe, question)
 
+    def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
+        """(N,) this policy's own retrieval score of each candidate for ``text`` (``~/locate``), or None
+        when it has none: locate then ranks frames by a question prefill's attention mass
+        (``memory/locate.py``). Default: None."""
+        return None
+
     @abstractmethod
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         """Choose the question's context among ``candidates`` (time order, already filtered by camera/time)."""

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from videokv_node.pose import Pose
+
 
 class RequestError(ValueError):
     """A question the engine refuses; the message is returned to the caller verbatim."""
@@ -16,6 +18,7 @@ class Frame:
     camera: str  # topic name
     stamp_ns: int  # header stamp
     rgb: np.ndarray  # (H, W, 3) uint8; for a text LM (models/text_lm.py) the frame's text, a str
+    pose: Pose | None = None  # the robot's pose at stamp_ns (ingest/pose_history.py), if known
 
 
 @dataclass(slots=True)
@@ -32,6 +35,7 @@ class Question:
 class Evidence:
     stamp_ns: int
     camera: str
+    pose: Pose | None = None  # the robot's pose when the frame was taken, if the frame came with one
 
 
 @dataclass(slots=True)

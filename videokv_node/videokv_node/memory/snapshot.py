@@ -1,10 +1,12 @@
 """Memory that survives restarts: the engine's whole state in a snapshot directory.
 
-A snapshot (format version 2) is a directory of safetensors files and a manifest, never pickle:
+A snapshot (format version 3) is a directory of safetensors files and a manifest, never pickle:
 
     manifest.json       what the memory is: format version, model identity, policy, counters,
                         one entry per block (ids, camera, stamps, kind, stream, rank, tier, the
-                        tokens each layer keeps now, its revision, the segment holding its K/V),
+                        tokens each layer keeps now, its revision, the segment holding its K/V,
+                        the robot's pose at each of its stamps), the poses of frames no block
+                        cites yet,
                         the policy's state, and every file's size and sha256
     state.safetensors   what changes while a block lives: per layer the kept token indices and
                         their logical (RoPE) positions now, the blocks' representatives, the
@@ -86,6 +88,7 @@ from videokv_node.memory.snapshot_files import (
     share_file,
     swap_in,
 )
+from videokv_node.pose import Pose
 
 if TYPE_CHECKING:
     from videokv_node.memory.engine import VideoMemoryEngine
@@ -95,8 +98,12 @@ __all__ = [
     "load_snapshot", "resolve_snapshot_path", "dtype_name", "dtype_from_name",
 ]
 
-SNAPSHOT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 3 (issue 17) adds each block's ``poses`` (aligned with ``stamps_ns``, null where
+# unknown) and the engine's ``pending_poses``; it is version 2 otherwise. Versions 1 and 2 load
+# with no poses.
+SNAPSHOT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+SEGMENTED_VERSIONS = (2, 3)  # stored as segments + state file (version 1: one kv.safetensors)
 FORMAT = "videokv-memory-snapshot"
 STATE = "state.safetensors"
 TENSORS_V1 = "kv.safetensors"
@@ -235,6 +242,7 @@ def prepare_snapshot(engine: "VideoMemoryEngine", base: Path | None = None) -> P
             "kind": b.kind, "stream": b.stream, "rank": b.rank, "protected": b.protected, "tier": b.tier.value,
             "n_tokens": b.n_tokens, "layer_tokens": [None if kv is None else kv.n_tokens for kv in b.layers],
             "rep": b.rep is not None, "revision": b.revision, "segment": reuse.get(b.block_id, segment_name),
+            "poses": [None if p is None else p.as_dict() for p in b.poses],
         })
     P = adapter.position_dims
     state: dict[str, torch.Tensor] = {}
@@ -258,6 +266,7 @@ def prepare_snapshot(engine: "VideoMemoryEngine", base: Path | None = None) -> P
             "frames_ingested": engine.frames_ingested,
             "evicted_blocks": store.evicted_blocks,
             "evicted_entries": store.evicted_entries,
+            "pending_poses": [[c, s, p.as_dict()] for (c, s), p in sorted(engine.pending_poses().items())],
         },
         "blocks": entries,
         "policy_state": policy_meta,
@@ -305,7 +314,8 @@ def _base_index(engine: "VideoMemoryEngine", base: Path | None) -> tuple[dict[in
         return {}, {}
     try:
         manifest = json.loads((Path(base) / MANIFEST).read_text())
-        if manifest.get("version") != 2 or manifest.get("model", {}).get("fingerprint") != engine.adapter.fingerprint():
+        # Versions 2 and 3 share the segment layout (3 adds poses, which live in the manifest, rewritten each time).
+        if manifest.get("version") not in SEGMENTED_VERSIONS or manifest.get("model", {}).get("fingerprint") != engine.adapter.fingerprint():
             return {}, {}
         segments = {name: rec for name, rec in manifest["segments"].items() if (Path(base) / name).is_file()}
         blocks = {int(e["id"]): (e["segment"], int(e["revision"])) for e in manifest["blocks"] if e["segment"] in segments}
@@ -380,6 +390,7 @@ def load_snapshot(engine: "VideoMemoryEngine", target: Path) -> SnapshotInfo:
         blocks = _build_blocks(engine, manifest, state, segments)
         counters = {k: int(manifest["engine"][k]) for k in ("next_block_id", "frames_ingested", "evicted_blocks", "evicted_entries")}
         policy_meta = manifest["policy_state"]
+        pending_poses = {(str(c), int(s)): Pose.from_dict(p) for c, s, p in manifest["engine"].get("pending_poses", [])}
         policy_tensors = {
             name.removeprefix("policy/"): t.to(engine.adapter.device) for name, t in state.items() if name.startswith("policy/")
         }
@@ -387,7 +398,8 @@ def load_snapshot(engine: "VideoMemoryEngine", target: Path) -> SnapshotInfo:
         raise SnapshotError(f"snapshot {target} is malformed: {_why(exc)}") from exc
     del state, segments  # the blocks hold their own copies (offloaded ones: views until the arena takes them)
     try:
-        engine.replace_memory(blocks, policy_meta=policy_meta, policy_tensors=policy_tensors, **counters)
+        engine.replace_memory(blocks, policy_meta=policy_meta, policy_tensors=policy_tensors, pending_poses=pending_poses,
+                              **counters)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise SnapshotError(f"snapshot {target}: the {engine.policy.name} policy's state does not fit: {_why(exc)}") from exc
     return SnapshotInfo(target, len(engine.store), engine.frames_ingested, disk_bytes(target), engine.policy.name,
@@ -590,6 +602,7 @@ def _build_blocks(engine: "VideoMemoryEngine", manifest: dict, state: dict[str, 
             rep=rep,
             tier=tier,
             revision=int(e.get("revision", 0)),
+            poses=_poses(e),
         )
         at_pos += t
         if block.is_empty:
@@ -607,6 +620,16 @@ def _gather_stored(block_id: int, layer: int, stored, idx: torch.Tensor) -> tupl
     if bool((at >= s_idx.numel()).any()) or not torch.equal(s_idx[at.clamp(max=max(s_idx.numel() - 1, 0))], idx):
         raise ValueError(f"block {block_id} layer {layer}: kept tokens are not among those its segment stores")
     return s_k[:, at], s_v[:, at]
+
+
+def _poses(entry: dict) -> tuple:
+    """A block entry's poses, aligned with its stamps (or none at all); none before version 3."""
+    poses = entry.get("poses")
+    if not poses:  # versions 1 and 2, or a block a policy made itself (no frame, no pose)
+        return ()
+    if len(poses) != len(entry["stamps_ns"]):
+        raise ValueError(f"block {entry['id']}: {len(poses)} poses for {len(entry['stamps_ns'])} stamps")
+    return tuple(None if p is None else Pose.from_dict(p) for p in poses)
 
 
 def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], dtype: torch.dtype, where: str = "") -> torch.Tensor:

@@ -19,7 +19,7 @@ from rclpy.node import Node
 from std_srvs.srv import Trigger
 from videokv_interfaces.action import AskVideo as AskVideoAction
 from videokv_interfaces.msg import MemoryStats
-from videokv_interfaces.srv import AskVideo, LoadMemory, SaveMemory
+from videokv_interfaces.srv import AskVideo, LoadMemory, Locate, SaveMemory
 
 from videokv_node.ros.conversions import ns_to_time
 
@@ -44,8 +44,8 @@ def _fill_question(msg, question, options, cameras, since_ns, until_ns, max_new_
 
 
 class MemoryClient:
-    """Calls ``<node>/ask`` (service and action), ``<node>/reset``, ``<node>/save_memory`` and
-    ``<node>/load_memory`` and watches ``<node>/memory_stats``."""
+    """Calls ``<node>/ask`` (service and action), ``<node>/locate``, ``<node>/reset``, ``<node>/save_memory``
+    and ``<node>/load_memory`` and watches ``<node>/memory_stats``."""
 
     def __init__(
         self, node_name: str = "/videokv", context=None, client_name: str = "videokv_client", history: int = 10_000
@@ -55,6 +55,7 @@ class MemoryClient:
         self._reset = self.node.create_client(Trigger, f"{node_name}/reset")
         self._save = self.node.create_client(SaveMemory, f"{node_name}/save_memory")
         self._load = self.node.create_client(LoadMemory, f"{node_name}/load_memory")
+        self._locate = self.node.create_client(Locate, f"{node_name}/locate")
         self._ask_action = ActionClient(self.node, AskVideoAction, f"{node_name}/ask")
         self._stats: MemoryStats | None = None
         self.history: deque[MemoryStats] = deque(maxlen=history)  # every stats message, newest last
@@ -154,6 +155,13 @@ class MemoryClient:
         if not done.wait(max(0.0, deadline - time.monotonic())):
             raise TimeoutError(f"no {what} from the ask action in time")
         return future.result()
+
+    def locate(self, query: str, top_k: int = 5, cameras: list[str] | None = None, since_ns: int = 0, until_ns: int = 0,
+               timeout: float = 120.0):
+        """The node's ``~/locate`` response: the top_k moments for ``query`` (success=false with the reason if refused)."""
+        req = Locate.Request(query=query, top_k=top_k, cameras=list(cameras or []),
+                             since=ns_to_time(since_ns), until=ns_to_time(until_ns))
+        return self._call(self._locate, req, timeout)
 
     def reset(self, timeout: float = 60.0):
         return self._call(self._reset, Trigger.Request(), timeout)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from builtin_interfaces.msg import Time
+from geometry_msgs.msg import PoseStamped
 
 from videokv_node.ingest.image_decode import decode_compressed_image, decode_raw_image
 from videokv_node.ingest.sampler import NS_PER_S
 from videokv_node.memory.question import Answer, Question
 from videokv_node.memory.stats import EngineStats
+from videokv_node.pose import Pose
 
 def time_to_ns(stamp: Time) -> int:
     return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
@@ -49,9 +51,44 @@ def fill_response(response, answer: Answer):
     response.option_scores = [float(s) for s in answer.option_scores]
     response.evidence_stamps = [ns_to_time(e.stamp_ns) for e in answer.evidence]
     response.evidence_cameras = [e.camera for e in answer.evidence]
+    response.evidence_poses = [pose_to_msg(e.pose, e.stamp_ns) for e in answer.evidence]
     response.ttft_s = float(answer.ttft_s)
     response.total_s = float(answer.total_s)
     return response
+
+
+def pose_to_msg(pose: Pose | None, stamp_ns: int) -> PoseStamped:
+    """A frame's pose as geometry_msgs/PoseStamped stamped with the frame's stamp; no pose: an empty
+    ``header.frame_id`` (and the identity orientation), which is how the answers say "unknown"."""
+    msg = PoseStamped()
+    msg.header.stamp = ns_to_time(stamp_ns)
+    msg.pose.orientation.w = 1.0
+    if pose is None:
+        return msg
+    msg.header.frame_id = pose.frame_id
+    p, q = msg.pose.position, msg.pose.orientation
+    p.x, p.y, p.z = pose.position
+    q.x, q.y, q.z, q.w = pose.orientation
+    return msg
+
+
+def msg_to_pose(msg: PoseStamped) -> Pose | None:
+    """The inverse of ``pose_to_msg``: None for an empty frame_id or a pose that is not finite."""
+    if not msg.header.frame_id:
+        return None
+    p, q = msg.pose.position, msg.pose.orientation
+    try:
+        return Pose.make(msg.header.frame_id, (p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
+    except ValueError:
+        return None
+
+
+def pose_fields(msg) -> tuple[int, str, tuple[float, float, float], tuple[float, float, float, float]]:
+    """nav_msgs/Odometry, geometry_msgs/PoseStamped or PoseWithCovarianceStamped ->
+    (stamp ns, frame_id, position, orientation (x, y, z, w)); the three share header + a pose."""
+    pose = msg.pose.pose if hasattr(msg.pose, "pose") else msg.pose  # Odometry, PoseWithCovariance: .pose.pose
+    p, q = pose.position, pose.orientation
+    return time_to_ns(msg.header.stamp), msg.header.frame_id, (p.x, p.y, p.z), (q.x, q.y, q.z, q.w)
 
 
 def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: int, model: str, device: str,

@@ -3,7 +3,10 @@
 1. starts the videokv node as its own process (own DDS domain, localhost only);
 2. publishes a camera from a second process, with header stamps in scene time;
 3. asks through ``~/ask``, prints answers, evidence stamps, TTFT and the memory
-   statistics, and exits 0 only if every step worked (right answers are counted,
+   statistics; then "When did you see the blue circle?" through ``~/locate`` and ``~/ask``,
+   answered with stamps and the robot's poses (the camera process publishes a synthetic
+   odometry, ``synthetic_camera.demo_pose``, which the node interpolates at every frame's
+   stamp); exits 0 only if every step worked (right answers are counted,
    not required: a model's accuracy is measured in docs/BENCHMARKS.md, not here).
 
 With ``videokv-tiny`` (the default: the small self-trained model, which sees for real) the
@@ -20,6 +23,7 @@ a yellow cone) and asks a multiple-choice, an open and a time-window question.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -29,7 +33,8 @@ import rclpy
 
 from videokv_node.memory.config import POLICIES, QUESTION_STAGES
 from videokv_node.ros.client import MemoryClient
-from videokv_node.ros.conversions import time_to_ns
+from videokv_node.ros.conversions import msg_to_pose, time_to_ns
+from videokv_node.ros.synthetic_camera import demo_pose
 from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
 from videokv_node.synthetic import SyntheticScene, default_scenario
 
@@ -51,11 +56,44 @@ def show(label: str, resp, t0_ns: int) -> bool:
     return True
 
 
+def pose_text(msg) -> str:
+    pose = msg_to_pose(msg)
+    if pose is None:
+        return "no pose"
+    x, y, _ = pose.position
+    yaw = 2 * math.atan2(pose.orientation[2], pose.orientation[3])
+    return f"x {x:.2f} m, y {y:.2f} m, heading {math.degrees(yaw):.1f} deg in {pose.frame_id!r}"
+
+
+def where_and_when(client: MemoryClient, thing: str, truth: tuple[int, int], t0_ns: int) -> bool:
+    """"When did you see <thing>?": ~/locate's moments with their poses against the ground truth
+    (``truth``: first and last stamp it was in view), then ~/ask's answer and evidence poses."""
+    since, until = ((t - t0_ns) / NS for t in truth)
+    print(f"\n--- \"When did you see {thing}?\" (ground truth: in view {since:.2f}-{until:.2f}s)")
+    loc = client.locate(thing, top_k=3)
+    if not loc.success:
+        print(f"    locate FAILED: {loc.message}")
+        return False
+    print(f"    ~/locate ({loc.method}, {loc.latency_s * 1e3:.0f} ms):")
+    for stamp, pose, score in zip(loc.stamps, loc.poses, loc.scores):
+        t = (time_to_ns(stamp) - t0_ns) / NS
+        x, y, yaw = demo_pose(t)
+        inside = "in view then" if truth[0] <= time_to_ns(stamp) <= truth[1] else "not in view then"
+        print(f"      {t:6.2f}s ({inside}), score {score:.3f}: robot at {pose_text(pose)} "
+              f"(odometry truth x {x:.2f}, y {y:.2f}, heading {math.degrees(yaw):.1f} deg)")
+    resp = client.ask(f"When did you see {thing}?", max_new_tokens=8)
+    ok = show(f"~/ask 'When did you see {thing}?'", resp, t0_ns)
+    if resp.success:
+        for stamp, pose in list(zip(resp.evidence_stamps, resp.evidence_poses))[:6]:
+            print(f"      evidence {(time_to_ns(stamp) - t0_ns) / NS:6.2f}s: robot at {pose_text(pose)}")
+    return ok and all(p.header.frame_id for p in loc.poses)  # every frame came with a pose
+
+
 def publish(topic: str, fps: float, t0_ns: int, env: dict, extra: list[str]) -> bool:
-    """The camera, from a separate process; False (with its output) if it failed."""
+    """The camera (and the robot's odometry on /odom), from a separate process; False (with its output) if it failed."""
     pub = subprocess.run(
         [sys.executable, "-m", "videokv_node.ros.synthetic_camera", "--topic", topic, "--fps", str(fps), "--rate", "10",
-         "--start-ns", str(t0_ns), *extra],
+         "--start-ns", str(t0_ns), "--odom", "odom", *extra],
         env=env, capture_output=True, text=True, timeout=300,
     )
     if pub.returncode != 0:
@@ -113,6 +151,8 @@ def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample
             right_mc += hit
             print(f"    expected {seg.answer!r}: {'RIGHT' if hit else 'WRONG'}")
     print(f"\n{right} of {len(story.segments)} open answers right, {right_mc} of {len(story.segments)} multiple-choice answers right")
+    blue = next(k for k, seg in enumerate(story.segments) if "blue circle" in seg.question)
+    ok &= where_and_when(client, "the blue circle", story.window(blue, t0_ns), t0_ns)
     return ok
 
 
@@ -137,6 +177,7 @@ def run_scripted_scene(client: MemoryClient, topic: str, fps: float, frames: int
     ok &= show(f"time window {(since - t0_ns) / NS:.1f}-{(until - t0_ns) / NS:.1f}s: 'Which object moved across the view?'",
                client.ask("Which object moved across the view?", options=["a ball", "a cone", "a toolbox"],
                           since_ns=since, until_ns=until), t0_ns)
+    ok &= where_and_when(client, "the blue circle", (since, until), t0_ns)  # the ball: a blue circle
     return ok
 
 
@@ -161,6 +202,7 @@ def main(argv=None) -> int:
         "memory.policy": args.policy,
         "memory.question_stage": args.question_stage,
         "max_new_tokens": 24,
+        "pose_topic": "odom",  # the synthetic odometry published with the camera
     }
     story = args.model == "videokv-tiny"
     tiny = not os.path.isdir(os.path.expanduser(args.model))  # a seeded tiny model (the node refuses unknown names)

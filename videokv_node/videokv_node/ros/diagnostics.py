@@ -51,12 +51,13 @@ class DiagnosticsPublisher:
         """A frame arrived on ``camera`` now (node clock)."""
         self.monitor.frame_received(camera, self.node.get_clock().now().nanoseconds)
 
-    def publish(self, counters: dict[str, int], engine, worker, snapshots=None) -> None:
+    def publish(self, counters: dict[str, int], engine, worker, snapshots=None, poses=None) -> None:
         """Report and publish, stamped with the node clock (engine and worker: the node's, while it is active).
 
         ``snapshots`` (a PeriodicSnapshotter, when memory.snapshot_period_s > 0) adds the status
         "videokv: snapshots": WARN when the last good snapshot is older than three periods or
-        the last write failed, with the reason.
+        the last write failed, with the reason. ``poses`` (the node's PoseIntake, when pose_topic
+        or pose_source tf is set) adds "videokv: poses" (``pose_status``).
         """
         node = self.node
         now = node.get_clock().now()
@@ -71,6 +72,8 @@ class DiagnosticsPublisher:
         )
         if snapshots is not None:
             statuses.append(snapshot_status(snapshots.status(now.nanoseconds)))
+        if poses is not None:
+            statuses.append(pose_status(poses))
         self._pub.publish(to_diagnostic_array(statuses, now.to_msg(), node.get_fully_qualified_name()))
 
 
@@ -82,4 +85,26 @@ def snapshot_status(s) -> Status:
         message=s.message,
         values={"last_good_stamp_ns": str(s.last_good_ns), "last_path": s.last_path, "written": str(s.written),
                 "failed": str(s.failed), "skipped": str(s.skipped), "last_error": s.last_error},
+    )
+
+
+def pose_status(intake) -> Status:
+    """The robot poses' counters (ros/pose_intake.py): WARN while the newest sampled frame got no pose
+    (no pose received yet, or frames outside the poses' span by more than pose_tolerance_s)."""
+    c = intake.counters
+    span = intake.history.span_ns()
+    last = intake.last_frame_had_pose
+    if last is False:
+        level, message = Level.WARN, "the newest frame got no pose (none received near its stamp)"
+    else:
+        level, message = Level.OK, "no frame yet" if last is None else "frames get poses"
+    return Status(
+        name="videokv: poses",
+        level=level,
+        message=message,
+        values={"source": intake.config.pose_source, "topic": intake.config.pose_topic,
+                "poses_received": str(c.received), "poses_kept": str(c.added), "dropped_non_finite": str(c.non_finite),
+                "dropped_backwards": str(c.backwards), "history_resets": str(c.resets),
+                "frames_with_pose": str(c.frames_with_pose), "frames_without_pose": str(c.frames_without_pose),
+                "oldest_pose_ns": str(span[0]) if span else "", "newest_pose_ns": str(span[1]) if span else ""},
     )

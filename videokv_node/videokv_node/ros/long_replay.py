@@ -22,7 +22,7 @@ from videokv_interfaces.action import LongReplay
 from videokv_interfaces.msg import ReplayAnswer as ReplayAnswerMsg
 
 from videokv_node.ingest.image_decode import ImageDecodeError
-from videokv_node.ros.conversions import image_to_rgb, ns_to_time, time_to_ns
+from videokv_node.ros.conversions import image_to_rgb, msg_to_pose, ns_to_time, pose_to_msg, time_to_ns
 from videokv_node.spava.job import Progress, ReplayJob, ReplayOutcome, ReplayQuestion
 
 RunJob = Callable[[ReplayJob, Callable[[Progress], None], Callable[[], bool]], ReplayOutcome]
@@ -50,7 +50,22 @@ def goal_to_job(goal) -> ReplayJob:
     return ReplayJob(frames, stamps, cameras, questions)
 
 
-def fill_result(result, outcome: ReplayOutcome, total_s: float):
+def goal_poses(goal) -> dict[tuple[str, int], object]:
+    """(camera, stamp) -> pose of the goal's frames sent with ``frame_poses``; raises ValueError if misaligned.
+
+    Bag goals carry none (the bag's odometry is not read: their evidence_poses are all empty)."""
+    if goal.bag_path or not goal.frame_poses:
+        return {}
+    if len(goal.frame_poses) != len(goal.frames):
+        raise ValueError(f"{len(goal.frame_poses)} frame_poses for {len(goal.frames)} frames")
+    cameras = list(goal.frame_cameras) or [""] * len(goal.frames)
+    return {(c, time_to_ns(m.header.stamp)): msg_to_pose(p) for c, m, p in zip(cameras, goal.frames, goal.frame_poses)}
+
+
+def fill_result(result, outcome: ReplayOutcome, total_s: float, poses: dict | None = None):
+    """The action result from the job's outcome; ``poses`` ((camera, stamp) -> pose, ``goal_poses``)
+    become each answer's evidence_poses (an empty frame_id where a frame came without one)."""
+    poses = poses or {}
     result.success, result.message = outcome.success, outcome.message  # load_s: set by the caller
     result.frames, result.world_size = outcome.frames, outcome.world_size
     result.encode_s, result.prefill_s, result.decode_s = outcome.encode_s, outcome.prefill_s, outcome.decode_s
@@ -60,6 +75,7 @@ def fill_result(result, outcome: ReplayOutcome, total_s: float):
             success=a.success, message=a.message, answer=a.answer, option_index=a.option_index,
             option_scores=a.option_scores, evidence_stamps=[ns_to_time(t) for t in a.evidence_stamps_ns],
             evidence_cameras=a.evidence_cameras, ttft_s=a.ttft_s, total_s=a.total_s,
+            evidence_poses=[pose_to_msg(poses.get((c, t)), t) for t, c in zip(a.evidence_stamps_ns, a.evidence_cameras)],
         ))
     return result
 
@@ -99,6 +115,7 @@ class LongReplayServer(Node):
             try:
                 job = goal_to_job(goal_handle.request)
                 job.check(self._max_frames)
+                poses = goal_poses(goal_handle.request)
             except (ValueError, OSError) as exc:
                 goal_handle.abort()
                 result.success, result.message = False, str(exc)
@@ -113,7 +130,7 @@ class LongReplayServer(Node):
 
             outcome = self._run_job(job, progress, lambda: goal_handle.is_cancel_requested)
         total_s = (clock.now() - start).nanoseconds / 1e9
-        fill_result(result, outcome, total_s)
+        fill_result(result, outcome, total_s, poses)
         if outcome.success:
             goal_handle.succeed()
         elif goal_handle.is_cancel_requested and outcome.message == "canceled":

@@ -30,7 +30,8 @@ from videokv_interfaces.action import LongReplay
 from videokv_interfaces.msg import ReplayQuestion
 
 from videokv_node.ingest.image_decode import decode_compressed_image, encode_compressed_image, encode_raw_image
-from videokv_node.ros.conversions import ns_to_time, time_to_ns
+from videokv_node.pose import Pose
+from videokv_node.ros.conversions import ns_to_time, pose_to_msg, time_to_ns
 from videokv_node.ros.params import SpavaSettings
 
 ABSENT_NOTE = "long-replay service absent: answered from the node's own memory"
@@ -41,6 +42,7 @@ class _Archived:
     camera: str
     stamp_ns: int
     jpeg: bytes
+    pose: Pose | None = None  # the robot's pose at the frame (pose_topic), sent with it
 
 
 class FrameArchive:
@@ -67,7 +69,7 @@ class FrameArchive:
         with self._lock:
             return len(self._frames)
 
-    def add(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
+    def add(self, camera: str, stamp_ns: int, rgb: np.ndarray, pose: Pose | None = None) -> None:
         if self.capacity_bytes == 0:
             return
         _, data = encode_compressed_image(rgb, "jpeg", self._quality)
@@ -77,18 +79,18 @@ class FrameArchive:
                 return
             while self._bytes + len(data) > self.capacity_bytes:
                 self._bytes -= len(self._frames.popleft().jpeg)
-            self._frames.append(_Archived(camera, stamp_ns, data))
+            self._frames.append(_Archived(camera, stamp_ns, data, pose))
             self._bytes += len(data)
 
-    def window(self, since_ns: int, until_ns: int, cameras: list[str], most: int) -> list[tuple[str, int, np.ndarray]]:
-        """(camera, stamp, RGB) of the archived frames in the window, stamp order, evenly thinned to ``most``."""
+    def window(self, since_ns: int, until_ns: int, cameras: list[str], most: int) -> list[tuple[str, int, np.ndarray, Pose | None]]:
+        """(camera, stamp, RGB, pose) of the archived frames in the window, stamp order, evenly thinned to ``most``."""
         with self._lock:
             hits = [f for f in self._frames if f.stamp_ns >= since_ns and (not until_ns or f.stamp_ns <= until_ns)
                     and (not cameras or f.camera in cameras)]
         hits.sort(key=lambda f: f.stamp_ns)
         if len(hits) > most:
             hits = [hits[round(i * (len(hits) - 1) / (most - 1))] for i in range(most)] if most > 1 else hits[-1:]
-        return [(f.camera, f.stamp_ns, decode_compressed_image("rgb8; jpeg compressed bgr8", f.jpeg)) for f in hits]
+        return [(f.camera, f.stamp_ns, decode_compressed_image("rgb8; jpeg compressed bgr8", f.jpeg), f.pose) for f in hits]
 
 
 class LongReplayClient:
@@ -146,11 +148,13 @@ class LongReplayClient:
             question=request.question, options=list(request.options), cameras=cameras,
             since=request.since, until=request.until, max_new_tokens=request.max_new_tokens,
             option_scoring=option_scoring)])
-        for camera, stamp, rgb in frames:
+        for camera, stamp, rgb, _ in frames:
             msg = Image(**encode_raw_image(rgb, "rgb8"))
             msg.header.stamp = ns_to_time(stamp)
             goal.frames.append(msg)
             goal.frame_cameras.append(camera)
+        if any(pose is not None for *_, pose in frames):  # poses travel with the frames, cited back in evidence_poses
+            goal.frame_poses = [pose_to_msg(pose, stamp) for _, stamp, _, pose in frames]
         result = self._run(goal)
         if isinstance(result, str):
             response.success, response.message, response.option_index = False, result, -1
@@ -162,6 +166,7 @@ class LongReplayClient:
         response.success, response.message = a.success, a.message or f"answered by the long-replay service ({len(frames)} frames, {result.world_size} ranks)"
         response.answer, response.option_index, response.option_scores = a.answer, a.option_index, list(a.option_scores)
         response.evidence_stamps, response.evidence_cameras = list(a.evidence_stamps), list(a.evidence_cameras)
+        response.evidence_poses = list(a.evidence_poses)
         response.ttft_s, response.total_s = a.ttft_s, a.total_s
         return True, ""
 

@@ -52,8 +52,10 @@ from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
 from videokv_node.ros.health import device_memory
+from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
+from videokv_node.ros.pose_intake import PoseIntake, check_available
 from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 from videokv_node.vision.selection import attach_vision_backend
@@ -116,6 +118,7 @@ class VideoKVMixin:
         self._diagnostics: DiagnosticsPublisher | None = None
         self._diagnostics_timer = None
         self._long_replay: LongReplayClient | None = None  # Spava service client while active, if spava.enabled
+        self._poses: PoseIntake | None = None  # robot poses while active, if pose_topic or pose_source tf
         self._series: SnapshotSeries | None = None  # periodic snapshots' directory while configured, if snapshot_dir is set
         self._snapshotter: PeriodicSnapshotter | None = None  # while active, if memory.snapshot_period_s > 0
         self._counters = dict(received=0, sampled=0, dropped=0, answered=0, failed=0)
@@ -126,6 +129,7 @@ class VideoKVMixin:
         """Load the model and build the memory; raises ConfigError or ModelLoadError with nothing held."""
         s = settings.node
         log = self.get_logger()
+        check_available(settings.pose)  # before loading the model: tf without tf2_ros cannot work
         if s.torch_threads > 0:
             torch.set_num_threads(s.torch_threads)
         log.info(f"loading model {s.model!r} on device {s.device!r}")
@@ -135,7 +139,9 @@ class VideoKVMixin:
             attach_vision_backend(self.adapter, settings.vision, logger=log)
             try:
                 self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
-            except ValueError as exc:  # a policy's own check against the model (ConfigError is one too)
+            except ConfigError:
+                raise  # already says which parameter and why
+            except ValueError as exc:  # a policy's own check against the model
                 raise ConfigError(f"memory.policy {settings.memory.policy} with model {s.model!r}: {exc}") from exc
         except BaseException:
             self.engine = self.adapter = None
@@ -186,12 +192,16 @@ class VideoKVMixin:
                 qos, callback_group=camera_group,
             ))
             log.info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")
+        if self.settings.pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp
+            self._poses = PoseIntake(self, self.settings.pose)
+            self._keep(lambda p: p.destroy(), self._poses)
 
         service_group = ReentrantCallbackGroup()
         for srv_type, name, callback in ((AskVideo, "~/ask", self.ask_callback), (Trigger, "~/reset", self.reset_callback),
                                          (SaveMemory, "~/save_memory", self.save_callback),
                                          (LoadMemory, "~/load_memory", self.load_callback)):
             self._keep(self.destroy_service, self.create_service(srv_type, name, callback, callback_group=service_group))
+        self._keep(lambda srv: srv.destroy(), LocateService(self, service_group))  # ~/locate (ros/locate_service.py)
         # Actions have their own name space (<name>/_action/...): no clash with the ~/ask service.
         action = ActionServer(
             self, AskVideoAction, "~/ask", execute_callback=self.ask_execute_callback,
@@ -248,7 +258,7 @@ class VideoKVMixin:
     def _stop_work(self, join_s: float | None = None) -> None:
         """Destroy what activate created (no new callback starts), then join the worker (its queue fails)."""
         io, self._io = self._io, []
-        self._long_replay = None
+        self._long_replay = self._poses = None
         for destroy, entity in reversed(io):
             destroy(entity)
         self._diagnostics = self._diagnostics_timer = None
@@ -340,11 +350,13 @@ class VideoKVMixin:
         if decision is SampleDecision.RESET:
             self.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         self._count("sampled")
+        poses = self._poses
+        pose = poses.pose_at(stamp_ns) if poses is not None else None
         long_replay = self._long_replay
         if long_replay is not None:
-            long_replay.archive.add(camera, stamp_ns, rgb)
+            long_replay.archive.add(camera, stamp_ns, rgb, pose)
         try:
-            if not worker.submit_frame(Frame(camera, stamp_ns, rgb)):
+            if not worker.submit_frame(Frame(camera, stamp_ns, rgb, pose)):
                 self._drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
         except WorkerStopped:  # deactivated while this frame was on its way
             self._drop(f"dropped a frame from {camera}: the node is being deactivated")
@@ -606,7 +618,7 @@ class VideoKVMixin:
         with self._lock:
             counters = dict(self._counters)
         snapshots = self._snapshotter
-        diagnostics.publish(counters, engine, worker, snapshots=snapshots)
+        diagnostics.publish(counters, engine, worker, snapshots=snapshots, poses=self._poses)
 
     # --- run-time parameters (params.RUNTIME) -------------------------------
     def parameters_callback(self, params) -> SetParametersResult:
@@ -681,8 +693,9 @@ class VideoKVMixin:
 class VideoKVNode(VideoKVMixin, Node):
     """The plain node: configured and active from construction to destruction.
 
-    Subscribes to cameras, keeps the bounded KV memory, serves ``~/ask`` (service and
-    streaming action), ``~/reset``, ``~/save_memory`` and ``~/load_memory``.
+    Subscribes to cameras (and a robot pose topic), keeps the bounded KV memory, serves
+    ``~/ask`` (service and streaming action), ``~/locate``, ``~/reset``, ``~/save_memory``
+    and ``~/load_memory``.
     """
 
     def __init__(self, **kwargs) -> None:

@@ -24,6 +24,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from videokv_node.ingest.pose_history import POSE_SOURCES, POSE_TYPES, PoseConfig
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import OPTION_SCORINGS, POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig
 from videokv_node.vision.config import BACKENDS, PRECISIONS, REBUILD_MODES, VisionConfig
@@ -97,6 +98,17 @@ class SpavaSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class LocateSettings:
+    """The ``~/locate`` service (``ros/locate_service.py``)."""
+
+    max_k: int = 50  # requests asking for more moments (top_k) are refused
+
+    def __post_init__(self) -> None:
+        if self.max_k < 1:
+            raise ConfigError(f"locate_max_k must be >= 1, got {self.max_k}")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     node: NodeSettings
     memory: MemoryConfig
@@ -104,6 +116,8 @@ class Settings:
     sampler: SamplerConfig
     vision: VisionConfig = VisionConfig()
     spava: SpavaSettings = field(default_factory=SpavaSettings)  # a default: Spava is an optional add-on
+    pose: PoseConfig = PoseConfig()  # robot poses stored with the frames (issue 17); off by default
+    locate: LocateSettings = LocateSettings()
 
 
 # Writable at run time. Safe because each is read afresh where used: the sampler's config
@@ -205,6 +219,15 @@ _DESCRIPTIONS = {
     "spava.archive_quality": "JPEG quality of the frame archive, 1..100",
     "spava.max_send_frames": "frames per LongReplay goal at most, evenly spaced over the question's window",
     "max_new_tokens_limit": "requests asking for more tokens are refused",
+    "pose_topic": "robot pose topic (nav_msgs/Odometry, geometry_msgs/PoseStamped or PoseWithCovarianceStamped); each sampled frame stores the pose interpolated at its stamp; empty: no poses",
+    "pose_type": f"message type of pose_topic: {', '.join(POSE_TYPES)} (auto: as the topic graph shows it; the subscription waits until the topic appears)",
+    "pose_source": f"where poses come from: {' or '.join(POSE_SOURCES)} (tf: the transform pose_frame <- base_frame at each frame's stamp; needs tf2_ros, i.e. ROS 2 from apt)",
+    "pose_frame": "pose_source tf: the fixed frame poses are expressed in",
+    "base_frame": "pose_source tf: the robot frame whose pose is stored",
+    "pose_tolerance_s": "a frame at most this far before the oldest or after the newest pose gets that pose; further out it gets none (counted)",
+    "pose_history_size": "poses kept to interpolate frames' poses from (a frame older than the oldest gets none)",
+    "pose_reset_backward_s": "a pose stamp jumping back more than this restarts the pose history (clock reset); smaller jumps back are dropped and counted",
+    "locate_max_k": "~/locate requests with top_k above this are refused",
     "answer.option_scoring": f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token, softmax; letter: the option letters' logits)",
 }
 
@@ -217,6 +240,8 @@ _SECTIONS = (
     ("generation", "", GenerationConfig),
     ("vision", "vision.", VisionConfig),
     ("spava", "spava.", SpavaSettings),
+    ("pose", "", PoseConfig),
+    ("locate", "locate_", LocateSettings),
 )
 
 # Integer parameters for which 0 is meaningful ("none", "default" or "off"); every other

@@ -15,13 +15,20 @@ Choices where the paper is not specific: scores use pre-RoPE queries and keys
 heads of each KV group and then over groups; retrieval happens inside the
 question's single prefill pass, each layer using its own query (see
 ``memory/retrieval_cache.py``), as ReKV's in-attention retrieval does.
+
+Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
+query's probe (queries read after the prompt sink), averaged over layers
+(``memory/locate.py`` says why).
 """
 
 from __future__ import annotations
 
+import torch
+
 from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.locate import layer_scores, query_means
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
 
 
@@ -43,3 +50,10 @@ class ReKVPolicy(MemoryPolicy):
         (scored per layer on the index inside the pass, ``BlockIndex.top_k``)."""
         recent = candidates.recent_within(self.config.local_window_tokens)
         return QuestionSelection(fixed=recent, pool_set=candidates.without(recent), k=self.config.retrieve_frames)
+
+    def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
+        if not candidates:
+            return None
+        q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
+        key_means = torch.stack([b.key_mean for b in candidates])  # (N, L, H_kv, D)
+        return layer_scores(q, key_means).mean(dim=1)  # (N,)

@@ -1,0 +1,182 @@
+"""~/locate in the engine: rankings against scores computed by hand on the tiny model (float64).
+
+retrieval (rekv): the reference reads the query's pre-RoPE queries with its own hooks on a
+plain forward of [prompt, query], reduces them per KV group and scores every block's key
+mean with explicit loops. attention (full): the reference runs one plain forward over
+[prompt, frames, question], rotates the captured queries itself and takes the softmax
+against the cached keys, summing each frame's share.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers.cache_utils import DynamicCache
+
+from tests.unit.helpers import random_frames, stream_positions
+from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
+from videokv_node.memory.locate import LocateQuery, rank_moments
+from videokv_node.pose import Pose, yaw_quaternion
+
+ATOL = 1e-9
+QUERY = "a red ball"
+
+
+def make_engine(adapter, policy: str, **kw) -> VideoMemoryEngine:
+    cfg = dict(policy=policy, budget_tokens=100_000, local_window_tokens=50_000, offload_bytes=1 << 20, retrieve_frames=2)
+    cfg.update(kw)
+    return VideoMemoryEngine(adapter, MemoryConfig(**cfg), GenerationConfig(max_new_tokens=2))
+
+
+def posed(frames: list[Frame]) -> list[Frame]:
+    return [Frame(f.camera, f.stamp_ns, f.rgb, Pose.make("map", (i, -i, 0), yaw_quaternion(0.2 * i))) for i, f in enumerate(frames)]
+
+
+def capture_queries(adapter, ids_before: list[int], ids: list[int], embeds_between=None):
+    """Pre-RoPE queries (L, n, H_q, D) of ``ids``, forwarded after ``ids_before`` (and frame embeddings)."""
+    geo = adapter.geometry
+    got: dict[int, torch.Tensor] = {}
+    handles = [m.register_forward_hook(lambda mod, inp, out, l=l: got.__setitem__(l, out[0].double()))
+               for l, m in enumerate(adapter.query_modules())]
+    try:
+        parts = [adapter.embed_tokens(ids_before)]
+        if embeds_between is not None:
+            parts.append(embeds_between)
+        parts.append(adapter.embed_tokens(ids))
+        embeds = torch.cat(parts, dim=1)
+        n_frames = 0 if embeds_between is None else embeds_between.shape[1] // adapter.tokens_per_frame
+        positions = stream_positions(adapter, len(ids_before), n_frames, len(ids))
+        cache = DynamicCache()
+        adapter.forward(embeds, positions, cache, logits=False)
+    finally:
+        for h in handles:
+            h.remove()
+    n = len(ids)
+    q = torch.stack([got[l][-n:].view(n, geo.n_q_heads, geo.head_dim) for l in range(geo.n_layers)])
+    return q, cache, positions[:, -n:]
+
+
+def count_forwards(monkeypatch, adapter) -> list[int]:
+    calls = [0]
+    real = adapter.forward
+
+    def counted(*args, **kw):
+        calls[0] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(adapter, "forward", counted)
+    return calls
+
+
+def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monkeypatch):
+    a = tiny_adapter64
+    geo = a.geometry
+    frames = posed(random_frames(6, seed=3))
+    e = make_engine(a, "rekv")
+    for f in frames:
+        e.ingest([f])
+    q, _, _ = capture_queries(a, a.prefix_ids(), a.text_ids(QUERY))  # (L, n, H_q, D)
+    g = geo.n_q_heads // geo.n_kv_heads
+    expected = {}
+    for b in e.store.blocks():
+        total = 0.0
+        for l in range(geo.n_layers):
+            per_head = 0.0
+            for h in range(geo.n_kv_heads):
+                qm = q[l, :, h * g:(h + 1) * g].mean(dim=(0, 1))  # mean over tokens and the group's heads
+                per_head += float(qm @ b.key_mean[l, h].double()) / math.sqrt(geo.head_dim)
+            total += per_head / geo.n_kv_heads
+        expected[b.stamp_ns] = total / geo.n_layers
+    calls = count_forwards(monkeypatch, a)
+    result = e.locate(LocateQuery(QUERY, top_k=4))
+    assert calls[0] == 1  # the query's probe, nothing else
+    assert result.method == "retrieval"
+    order = sorted(expected, key=lambda s: (-expected[s], -s))[:4]
+    assert [m.stamp_ns for m in result.moments] == order
+    for m in result.moments:
+        assert abs(m.score - expected[m.stamp_ns]) < ATOL
+        assert m.pose == frames[[f.stamp_ns for f in frames].index(m.stamp_ns)].pose and m.camera == "cam"
+
+
+def test_full_locate_ranks_by_the_question_prefills_attention_mass(tiny_adapter64, monkeypatch):
+    a = tiny_adapter64
+    geo = a.geometry
+    frames = random_frames(4, seed=5)
+    e = make_engine(a, "full")
+    for f in frames:
+        e.ingest([f])
+    feats = a.encode_frames([f.rgb for f in frames]).reshape(1, -1, a.model.config.text_config.hidden_size)
+    ids = a.question_ids(QUERY, [])
+    q, cache, qpos = capture_queries(a, a.prefix_ids(), ids, feats)  # the stream as one plain forward
+    S, T, n = len(a.prefix_ids()), a.tokens_per_frame, len(ids)
+    g = geo.n_q_heads // geo.n_kv_heads
+    mass = torch.zeros(len(frames), dtype=torch.float64)
+    for l in range(geo.n_layers):
+        keys = cache.layers[l].keys[0].double()  # (H_kv, K, D) rotated
+        K = keys.shape[1]
+        qr = a.rotate_keys(q[l].transpose(0, 1), qpos)  # (H_q, n, D) rotated at the question's positions
+        logits = torch.einsum("hnd,hkd->hnk", qr, keys.repeat_interleave(g, dim=0)) / math.sqrt(geo.head_dim)
+        causal = torch.arange(K)[None, :] <= (K - n) + torch.arange(n)[:, None]
+        probs = torch.softmax(logits.masked_fill(~causal, float("-inf")), dim=-1)
+        for f in range(len(frames)):
+            mass[f] += probs[:, :, S + f * T:S + (f + 1) * T].sum(-1).mean()
+    mass /= geo.n_layers
+    calls = count_forwards(monkeypatch, a)
+    result = e.locate(LocateQuery(QUERY, top_k=10))
+    assert calls[0] == 1  # one question prefill, no decoding
+    assert result.method == "attention"
+    assert len(result.moments) == len(frames)  # every frame is in full's context
+    by_stamp = {f.stamp_ns: float(mass[i]) for i, f in enumerate(frames)}
+    assert [m.stamp_ns for m in result.moments] == sorted(by_stamp, key=lambda s: (-by_stamp[s], -s))
+    for m in result.moments:
+        assert abs(m.score - by_stamp[m.stamp_ns]) < 1e-6  # the engine takes the softmax in float32 (attention_probs)
+        assert m.pose is None
+
+
+@pytest.mark.parametrize("policy", ["streamkv", "hermes", "mukv"])
+def test_every_policy_locates_within_the_window_with_one_prefill(tiny_adapter, policy):
+    frames = posed(random_frames(8, seed=1))
+    e = make_engine(tiny_adapter, policy)
+    for f in frames:
+        e.ingest([f])
+    window = (frames[2].stamp_ns, frames[6].stamp_ns)
+    result = e.locate(LocateQuery(QUERY, top_k=3, since_ns=window[0], until_ns=window[1]))
+    assert result.method == "attention" and 1 <= len(result.moments) <= 3
+    scores = [m.score for m in result.moments]
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    poses = {f.stamp_ns: f.pose for f in frames}
+    for m in result.moments:
+        assert window[0] <= m.stamp_ns <= window[1] and m.pose == poses[m.stamp_ns]
+
+
+def test_locate_refuses_bad_requests_and_changes_nothing(tiny_adapter):
+    e = make_engine(tiny_adapter, "rekv")
+    with pytest.raises(RequestError, match="no frames"):
+        e.locate(LocateQuery(QUERY, top_k=1))
+    for f in random_frames(3):
+        e.ingest([f])
+    before = e.stats()
+    for query, match in ((LocateQuery("  ", top_k=1), "empty"), (LocateQuery(QUERY, top_k=0), "top_k"),
+                         (LocateQuery(QUERY, top_k=1, since_ns=5, until_ns=4), "after until"),
+                         (LocateQuery(QUERY, top_k=1, cameras=["/other"]), "no frames")):
+        with pytest.raises(RequestError, match=match):
+            e.locate(query)
+    assert e.stats() == before
+
+
+def test_rank_moments_keeps_each_frames_best_score_and_skips_stampless_summaries():
+    class B:  # the fields rank_moments reads
+        def __init__(self, camera, stamps, kind="frame", poses=()):
+            self.camera, self.stamps_ns, self.stamp_ns, self.kind, self.poses = camera, stamps, stamps[0], kind, poses
+
+        def pose_at(self, s):
+            return dict(zip(self.stamps_ns, self.poses)).get(s)
+
+    p = Pose.make("odom", (1, 2, 3), (0, 0, 0, 1))
+    blocks = [B("c", (1, 2, 3), kind="segment"), B("c", (2,), poses=(p,)), B("c", (0,), kind="summary"), B("d", (2,))]
+    moments = rank_moments(blocks, [0.5, 0.1, 9.0, 0.5], top_k=10)
+    assert [(m.stamp_ns, m.camera, m.score) for m in moments] == [(3, "c", 0.5), (2, "c", 0.5), (2, "d", 0.5), (1, "c", 0.5)]
+    assert moments[1].pose == p  # the segment's best score, the frame block's pose
+    assert len(rank_moments(blocks, [0.5, 0.1, 9.0, 0.5], top_k=2)) == 2

@@ -1,0 +1,180 @@
+"""The node's robot poses: a pose topic into a ``PoseHistory``, or tf lookups, and the pose at a frame's stamp.
+
+``pose_source: topic`` subscribes to ``pose_topic`` (nav_msgs/Odometry,
+geometry_msgs/PoseStamped or PoseWithCovarianceStamped; with ``pose_type: auto`` the
+type is read from the topic graph, and the subscription waits, retried every second,
+until a publisher shows it). Each message goes to the history (ingest/pose_history.py),
+which drops and counts a non-finite pose or a stamp going backwards. ``pose_at`` then
+interpolates at a frame's header stamp; the camera callback calls it right after
+sampling, so a frame gets the poses received before it (plus ``pose_tolerance_s``
+after the newest: odometry usually runs ahead of a camera's latency).
+
+``pose_source: tf`` looks up ``pose_frame <- base_frame`` at the frame's stamp in a
+tf2 buffer instead. tf2_ros comes with ROS 2 from apt; it is not on PyPI, so with
+the wheels set-up (``make build``) ``check_available`` refuses tf at configure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from videokv_node.ingest.pose_history import PoseAdd, PoseConfig, PoseCounters, PoseHistory
+from videokv_node.memory.config import ConfigError
+from videokv_node.pose import Pose
+from videokv_node.ros.conversions import pose_fields
+
+# pose_type -> ROS type name as the topic graph lists it
+TYPE_NAMES = {
+    "odometry": "nav_msgs/msg/Odometry",
+    "pose_stamped": "geometry_msgs/msg/PoseStamped",
+    "pose_with_covariance_stamped": "geometry_msgs/msg/PoseWithCovarianceStamped",
+}
+WARN_THROTTLE_S = 5.0
+RETRY_S = 1.0
+# Best effort receives from reliable and best-effort publishers alike; odometry is small and frequent.
+QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+def message_class(pose_type: str):
+    """The message class of a ``pose_type`` other than auto."""
+    if pose_type == "odometry":
+        from nav_msgs.msg import Odometry
+
+        return Odometry
+    from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped
+
+    return PoseStamped if pose_type == "pose_stamped" else PoseWithCovarianceStamped
+
+
+def tf2_available() -> bool:
+    return importlib.util.find_spec("tf2_ros") is not None
+
+
+def check_available(config: PoseConfig) -> None:
+    """Raise ConfigError when ``config`` cannot work here (tf without tf2_ros)."""
+    if config.pose_source == "tf" and not tf2_available():
+        raise ConfigError("pose_source tf needs tf2_ros (ROS 2 from apt; not on PyPI): use pose_source topic with pose_topic")
+
+
+class PoseIntake:
+    """Poses for the node's frames. ``pose_at`` is safe from any callback thread."""
+
+    def __init__(self, node: Node, config: PoseConfig) -> None:
+        check_available(config)
+        self._node = node
+        self.config = config
+        self.history = PoseHistory(config)
+        self._sub = self._timer = self._tf = None
+        self.last_frame_had_pose: bool | None = None  # None until a frame asks (/diagnostics "videokv: poses")
+        self._group = MutuallyExclusiveCallbackGroup()
+        if config.pose_source == "tf":
+            self._tf = _TfLookup(node, config, self.history.counters)
+            node.get_logger().info(f"poses from tf: {config.pose_frame} <- {config.base_frame} at each frame's stamp")
+            return
+        self._topic = node.resolve_topic_name(config.pose_topic)
+        if not self._try_subscribe():
+            node.get_logger().info(f"pose topic {self._topic}: waiting for a publisher to learn its type (pose_type auto)")
+            self._timer = node.create_timer(RETRY_S, self._retry, callback_group=self._group)
+
+    @property
+    def counters(self) -> PoseCounters:
+        return self.history.counters
+
+    def pose_at(self, stamp_ns: int) -> Pose | None:
+        """The robot's pose at a frame's stamp, or None (counted, warned at most every few seconds)."""
+        pose = self._tf.pose_at(stamp_ns) if self._tf is not None else self.history.at(stamp_ns)
+        self.last_frame_had_pose = pose is not None
+        if pose is None:
+            span = self.history.span_ns()
+            where = "no pose received yet" if span is None and self._tf is None else (
+                f"poses cover [{span[0]}, {span[1]}] ns" if span is not None else "tf lookup failed")
+            self._node.get_logger().warn(f"a frame stamped {stamp_ns} ns gets no pose ({where}; pose_tolerance_s "
+                                         f"{self.config.pose_tolerance_s})", throttle_duration_sec=WARN_THROTTLE_S)
+        return pose
+
+    def pose_callback(self, msg) -> None:
+        """One pose message into the history; a bad one is dropped, counted and warned about."""
+        stamp_ns, frame_id, position, orientation = pose_fields(msg)
+        result = self.history.add(stamp_ns, frame_id, position, orientation)
+        if result is PoseAdd.NON_FINITE:
+            self._node.get_logger().warn(f"dropped a pose on {self._topic}: non-finite value or zero quaternion",
+                                         throttle_duration_sec=WARN_THROTTLE_S)
+        elif result is PoseAdd.BACKWARDS:
+            self._node.get_logger().warn(f"dropped a pose on {self._topic}: stamp {stamp_ns} ns not after the newest",
+                                         throttle_duration_sec=WARN_THROTTLE_S)
+        elif result is PoseAdd.RESET:
+            self._node.get_logger().warn(f"pose history restarted on {self._topic} (clock reset or another frame_id)")
+
+    def destroy(self) -> None:
+        if self._timer is not None:
+            self._node.destroy_timer(self._timer)
+        if self._sub is not None:
+            self._node.destroy_subscription(self._sub)
+        if self._tf is not None:
+            self._tf.destroy()
+        self._sub = self._timer = self._tf = None
+
+    # --- subscription ---------------------------------------------------------
+    def _try_subscribe(self) -> bool:
+        kind = self.config.pose_type
+        if kind == "auto":
+            kind = self._graph_type()
+            if kind is None:
+                return False
+        self._sub = self._node.create_subscription(message_class(kind), self._topic, self.pose_callback, QOS,
+                                                   callback_group=self._group)
+        self._node.get_logger().info(f"poses from {self._topic} ({TYPE_NAMES[kind]})")
+        return True
+
+    def _graph_type(self) -> str | None:
+        """The pose_type of the topic as the graph shows it; None if absent (or of an unsupported type, logged)."""
+        for name, types in self._node.get_topic_names_and_types():
+            if name != self._topic:
+                continue
+            for kind, type_name in TYPE_NAMES.items():
+                if type_name in types:
+                    return kind
+            self._node.get_logger().error(f"pose topic {self._topic} has type {types}, none of {list(TYPE_NAMES.values())}",
+                                          throttle_duration_sec=WARN_THROTTLE_S)
+        return None
+
+    def _retry(self) -> None:
+        if self._sub is None and self._try_subscribe() and self._timer is not None:
+            self._node.destroy_timer(self._timer)
+            self._timer = None
+
+
+class _TfLookup:
+    """tf2 buffer lookups of ``pose_frame <- base_frame`` (only built where tf2_ros imports)."""
+
+    def __init__(self, node: Node, config: PoseConfig, counters: PoseCounters) -> None:
+        import tf2_ros  # noqa: PLC0415: only on robots with ROS 2 from apt
+        from rclpy.duration import Duration
+
+        self._tf2 = tf2_ros
+        self._config, self._counters = config, counters
+        # Long enough that a frame queued behind the sampler still finds its transform.
+        self._buffer = tf2_ros.Buffer(cache_time=Duration(seconds=max(10.0, 2 * config.pose_tolerance_s)))
+        self._listener = tf2_ros.TransformListener(self._buffer, node, spin_thread=False)
+
+    def pose_at(self, stamp_ns: int) -> Pose | None:
+        from rclpy.time import Time
+
+        try:
+            t = self._buffer.lookup_transform(self._config.pose_frame, self._config.base_frame, Time(nanoseconds=stamp_ns))
+            tr, rot = t.transform.translation, t.transform.rotation
+            pose = Pose.make(self._config.pose_frame, (tr.x, tr.y, tr.z), (rot.x, rot.y, rot.z, rot.w))
+        except (self._tf2.LookupException, self._tf2.ConnectivityException, self._tf2.ExtrapolationException, ValueError):
+            pose = None
+        if pose is None:
+            self._counters.frames_without_pose += 1
+        else:
+            self._counters.frames_with_pose += 1
+        return pose
+
+    def destroy(self) -> None:
+        self._listener.unregister()
