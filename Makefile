@@ -11,7 +11,7 @@
 #                       videokv-tiny on visual ones (about 30 minutes)
 #   make bench-snapshots a periodic (incremental) snapshot against a full one, tiny and 0.5B geometry (a few minutes)
 #   make bench-scaling  every policy's ingest and TTFT at 1k vs 10k frames (tiny model) and the engine overhead
-#                       ratio at LLaVA-OneVision-0.5B geometry (FRAMES=2000 for a shorter stream; about 15 minutes)
+#                       ratio at LLaVA-OneVision-0.5B geometry (FRAMES=2000 for a shorter stream; about 20 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
