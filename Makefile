@@ -10,6 +10,8 @@
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
 #                       videokv-tiny on visual ones (about 30 minutes)
 #   make bench-snapshots a periodic (incremental) snapshot against a full one, tiny and 0.5B geometry (a few minutes)
+#   make bench-scaling  every policy's ingest and TTFT at 1k vs 10k frames (tiny model) and the engine overhead
+#                       ratio at LLaVA-OneVision-0.5B geometry (FRAMES=2000 for a shorter stream; about 20 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
@@ -32,7 +34,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots clean distclean
+.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -63,6 +65,10 @@ bench-accuracy: build
 LENGTHS ?= 80,160,320
 bench-long: build
 	. ./env.sh && nice -n 10 python -m bench.long_stream --lengths $(LENGTHS) && nice -n 10 python -m bench.long_stream --model videokv-tiny
+
+FRAMES ?= 10000
+bench-scaling: build
+	. ./env.sh && OMP_NUM_THREADS=1 nice -n 10 python -m bench.scaling --frames $(FRAMES)
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30

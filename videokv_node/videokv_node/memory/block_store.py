@@ -13,12 +13,14 @@ entries (sink included), i.e. exactly its bytes.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 
 import torch
 
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.block_index import BlockIndex
 from videokv_node.memory.host_arena import HostKVArena
 from videokv_node.models.adapter import KVGeometry
 
@@ -26,10 +28,16 @@ from videokv_node.models.adapter import KVGeometry
 class BlockStore:
     """Blocks in creation order, across two tiers.
 
-    Invariants: ``blocks()`` iterates in increasing ``block_id``; a resident
-    block's layers hold tensors and no pages, an offloaded block's hold pages
-    and no tensors; no block is empty in every layer (it is evicted instead);
-    ``offloaded_bytes <= arena.capacity_bytes``.
+    Invariants: ``blocks()`` iterates in increasing ``block_id``, and so does
+    ``blocks(tier)``; a resident block's layers hold tensors and no pages, an
+    offloaded block's hold pages and no tensors; no block is empty in every layer
+    (it is evicted instead); ``offloaded_bytes <= arena.capacity_bytes``; every
+    held block has a slot in ``index`` (``memory/block_index.py``), kept in step
+    by every mutation here.
+
+    Costs: every query and mutation is O(1) in the number of blocks held, or
+    O(the tier it walks) (issue 16: a day-long stream holds thousands of
+    blocks, mostly offloaded, and ingest walks only the resident tier).
     """
 
     def __init__(self, geometry: KVGeometry, device: torch.device, offload_bytes: int, page_tokens: int) -> None:
@@ -38,6 +46,13 @@ class BlockStore:
         pin = device.type == "cuda"
         self.arena = HostKVArena(geometry, offload_bytes, page_tokens, pin_memory=pin) if offload_bytes > 0 else None
         self._blocks: OrderedDict[int, FrameBlock] = OrderedDict()
+        self._tiers: dict[Tier, OrderedDict[int, FrameBlock]] = {t: OrderedDict() for t in Tier}  # the same blocks, per tier
+        self.index = BlockIndex(geometry, device)
+        # Stamps of the frames held (a summary with no stamp counts none), for the stats' oldest and newest
+        # without a walk over memory: counts plus two heaps whose stale tops are dropped lazily.
+        self._stamps: Counter[int] = Counter()
+        self._stamp_min: list[int] = []
+        self._stamp_max: list[int] = []
         self.resident_entries = 0  # (token, layer) entries on the device (the engine adds the sink)
         self.offloaded_entries = 0
         self.evicted_blocks = 0  # lifetime counts, kept across clear()
@@ -52,10 +67,26 @@ class BlockStore:
 
     def blocks(self, tier: Tier | None = None) -> Iterator[FrameBlock]:
         """All blocks (or one tier's) in creation order."""
-        return (b for b in self._blocks.values() if tier is None or b.tier is tier)
+        return iter(self._blocks.values() if tier is None else self._tiers[tier].values())
+
+    def newest_first(self, tier: Tier) -> Iterator[FrameBlock]:
+        """One tier's blocks, newest first (a recent window reads only what it takes)."""
+        return reversed(self._tiers[tier].values())
+
+    def count(self, tier: Tier) -> int:
+        return len(self._tiers[tier])
 
     def oldest(self, tier: Tier) -> FrameBlock | None:
         return next(self.blocks(tier), None)
+
+    def stamp_range(self) -> tuple[int, int]:
+        """(oldest, newest) stamp of the frames held (a stampless summary cites none); (0, 0) when none."""
+        for heap, sign in ((self._stamp_min, 1), (self._stamp_max, -1)):
+            while heap and not self._stamps[sign * heap[0]]:
+                heapq.heappop(heap)
+        if not self._stamp_min:
+            return 0, 0
+        return self._stamp_min[0], -self._stamp_max[0]
 
     @property
     def resident_tokens(self) -> float:
@@ -85,7 +116,7 @@ class BlockStore:
             raise ValueError("new blocks must be resident with their K/V")
         if self._blocks and block.block_id <= next(reversed(self._blocks)):
             raise ValueError("block ids must increase in creation order")
-        self._blocks[block.block_id] = block
+        self._hold(block)
         self.resident_entries += block.entries
 
     def restore(
@@ -114,7 +145,7 @@ class BlockStore:
         self.evicted_blocks, self.evicted_entries = evicted_blocks, evicted_entries
         for block in blocks:
             if block.tier is Tier.RESIDENT:
-                self._blocks[block.block_id] = block
+                self._hold(block)
                 self.resident_entries += block.entries
                 continue
             staged = [kv for kv in block.layers if kv is not None]
@@ -129,7 +160,7 @@ class BlockStore:
             for kv in staged:
                 kv.pages = self.arena.store(kv.keys, kv.values)
                 kv.keys = kv.values = None
-            self._blocks[block.block_id] = block
+            self._hold(block)
             self.offloaded_entries += block.entries
 
     def keep(self, block: FrameBlock, layer: int, keep: torch.Tensor | None) -> None:
@@ -148,8 +179,10 @@ class BlockStore:
             self._count(block, -before)
             self.evicted_entries += before
             if block.is_empty:
-                del self._blocks[block.block_id]
+                self._drop(block)
                 self.evicted_blocks += 1
+            else:
+                self.index.update_layers(block)
             return
         keep = keep.to("cpu", torch.long)
         if keep.numel() == before:
@@ -162,6 +195,7 @@ class BlockStore:
             self.arena.free(kv.pages)
             new = LayerKV(kv.index[keep], kv.logical[:, keep], pages=self.arena.store(k[:, keep], v[:, keep]))
         block.layers[layer] = new
+        self.index.update_layers(block)
         self._count(block, new.n_tokens - before)
         self.evicted_entries += before - new.n_tokens
 
@@ -200,12 +234,24 @@ class BlockStore:
                 kv.keys = kv.values = None
         n = block.entries
         block.tier = Tier.OFFLOADED
+        del self._tiers[Tier.RESIDENT][block.block_id]
+        offloaded = self._tiers[Tier.OFFLOADED]
+        in_order = not offloaded or next(reversed(offloaded)) < block.block_id
+        offloaded[block.block_id] = block
+        if not in_order:  # demoted out of creation order (a policy's own victim): re-sort, rare
+            self._tiers[Tier.OFFLOADED] = OrderedDict(sorted(offloaded.items()))
+        self.index.move(block)
         self.resident_entries -= n
         self.offloaded_entries += n
 
+    def set_rep(self, block: FrameBlock, rep: torch.Tensor) -> None:
+        """Set a held block's policy representative (MuKV), in the block and its index slot."""
+        block.rep = rep
+        self.index.set_rep(block, rep)
+
     def evict(self, block: FrameBlock) -> None:
         """Remove a block from memory for good, counted."""
-        del self._blocks[block.block_id]
+        self._drop(block)
         n = block.entries
         self._release(block)
         self.evicted_blocks += 1
@@ -216,6 +262,37 @@ class BlockStore:
         for block in self._blocks.values():
             self._release(block)
         self._blocks.clear()
+        for tier in self._tiers.values():
+            tier.clear()
+        self.index.clear()
+        self._stamps.clear()
+        self._stamp_min.clear()
+        self._stamp_max.clear()
+
+    def _hold(self, block: FrameBlock) -> None:
+        """Enter a block in the store's maps, its index slot and the stamp counts."""
+        self._blocks[block.block_id] = block
+        self._tiers[block.tier][block.block_id] = block
+        self.index.insert(block)
+        for s in _cited(block):
+            if not self._stamps[s]:
+                heapq.heappush(self._stamp_min, s)
+                heapq.heappush(self._stamp_max, -s)
+            self._stamps[s] += 1
+
+    def _drop(self, block: FrameBlock) -> None:
+        """Take a block out of the maps, the index and the stamp counts (its K/V are the caller's)."""
+        del self._blocks[block.block_id]
+        del self._tiers[block.tier][block.block_id]
+        self.index.remove(block)
+        for s in _cited(block):
+            self._stamps[s] -= 1
+            if not self._stamps[s]:
+                del self._stamps[s]
+        if max(len(self._stamp_min), len(self._stamp_max)) > 2 * len(self._stamps) + 64:
+            # Stale entries sink in a heap where eviction order does not put them on top: rebuild, amortised O(1).
+            self._stamp_min = sorted(self._stamps)
+            self._stamp_max = sorted(-s for s in self._stamps)
 
     def _count(self, block: FrameBlock, delta: int) -> None:
         if block.tier is Tier.RESIDENT:
@@ -235,3 +312,8 @@ class BlockStore:
         for kv in block.layers:
             if kv is not None:
                 self._release_layer(block, kv)
+
+
+def _cited(block: FrameBlock) -> tuple[int, ...]:
+    """The stamps a block stands for in the stats (a summary token with no stamp stands for none)."""
+    return block.stamps_ns if block.stamp_ns > 0 or block.kind != "summary" else ()

@@ -71,6 +71,7 @@ class StreamKVConfig:
     similarity: str = "tokens"  # tokens: cosine of the flattened (T, D) features (Eq. 1 as written); mean: of the token means (StreamKV's code)
     min_segment_frames: int = 4  # m: the exclusion window, segments are at least this long
     max_segment_frames: int = 64  # M: beyond it the most similar adjacent pair is merged
+    max_segment_s: float = 30.0  # ours: an open segment spanning longer (stamps) closes at the next frame; 0 = no cap
     summary_frames: bool = True  # a summary frame (mean of the segment) per segment, never compressed
     compression_ratio: float = 0.6  # theta: share of a segment's frame blocks dropped per layer (paper's main setting: 60%)
     retrieve_frames: int = 8  # N_r: blocks retrieved per layer on average (N = N_r x L)
@@ -83,6 +84,8 @@ class StreamKVConfig:
             raise ConfigError(f"{p}.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
         if self.min_segment_frames < 1 or self.max_segment_frames < self.min_segment_frames:
             raise ConfigError(f"{p}: need 1 <= min_segment_frames <= max_segment_frames")
+        if not (isinstance(self.max_segment_s, (int, float)) and 0.0 <= self.max_segment_s < float("inf")):
+            raise ConfigError(f"{p}.max_segment_s must be a finite number of seconds >= 0 (0: no cap), got {self.max_segment_s!r}")
         if not 0.0 <= self.compression_ratio < 1.0:
             raise ConfigError(f"{p}.compression_ratio must be in [0, 1), got {self.compression_ratio}")
         if self.retrieve_frames < 1:

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.block import FrameBlock, LayerKV
+from videokv_node.memory.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, GenerationConfig, MemoryConfig, fit_to_model
 from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
@@ -29,13 +30,13 @@ from videokv_node.memory.policy import EncodeJob, QuestionSelection, Unit, make_
 from videokv_node.memory.question import Answer, Continuations, Evidence, Frame, Question, RequestError
 from videokv_node.memory.question_stage import make_question_stage
 from videokv_node.memory.question_span import question_span
+from videokv_node.memory.resident_cache import ResidentCache
 from videokv_node.memory.retrieval_cache import (
     QueryCapture,
     RetrievingCache,
     Sink,
     place_layer,
     placed_cache,
-    top_k_blocks,
 )
 from videokv_node.memory.snapshot import SnapshotInfo, load_snapshot, save_snapshot
 from videokv_node.memory.stats import EngineStats, LatencyWindow
@@ -66,6 +67,8 @@ class VideoMemoryEngine:
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
         self.sink = self._encode_sink()
         self.check_budget(memory)
+        # full and hermes attend to the resident tier as it is: kept placed between steps (memory/resident_cache.py).
+        self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
         self._next_block_id = 0
         self._ingested = 0
         self._ingest_ms = LatencyWindow()
@@ -116,6 +119,7 @@ class VideoMemoryEngine:
             self.config = memory
             self.policy.reconfigure(memory, self.store)
             self._enforce_caps()
+        self._place_resident()
         if generation is not None:
             self.generation = generation
         self._stats = self._snapshot()
@@ -142,6 +146,10 @@ class VideoMemoryEngine:
             self._ingested += 1
             for job in self.policy.on_frame(self.store, unit):
                 blocks.extend(self._encode_job(job))
+            self.policy.after_frame(self)
+            with self._lock:
+                self._enforce_caps()
+            self._place_resident()
             self._ingest_ms.add(vision_ms + (time.perf_counter() - t1) * 1e3)
         self._prune_poses()
         self._stats = self._snapshot()
@@ -174,12 +182,23 @@ class VideoMemoryEngine:
         return {k: p for k, p in self._frame_poses.items() if k not in cited}
 
     @torch.inference_mode()
-    def _encode_units(self, job: EncodeJob) -> list[FrameBlock]:
-        """Run the decoder over a job's units after its context; returns blocks not yet in the store."""
-        context = self.policy.encoding_context(self.store, job)
+    def encode_units(self, job: EncodeJob, provisional: bool = False) -> list[FrameBlock]:
+        """Run the decoder over a job's units after its context; returns blocks not yet in the store.
+
+        ``provisional``: blocks held outside the store for now (StreamKV's open segment) get
+        negative ids, distinct within the job (-1, -2, ... in order, ``job.ready`` first), so they
+        spend no block id; a job that is not provisional gives its ready blocks real ids first.
+        """
+        if not provisional:
+            for block in job.ready:
+                if block.block_id < 0:
+                    block.block_id = self.new_block_id()
+        if not job.units:
+            return list(job.ready)
+        context = self.policy.encoding_context(self.store, job) + job.ready
         per_layer = present_in(context, self.adapter.geometry.n_layers)
         targets, start = self.policy.layout(self.sink.n_tokens, per_layer)
-        cache = placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+        cache = self._place(per_layer, targets) if not job.ready else placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
         positions = []
         for unit in job.units:
             positions.append(unit.offsets + start)
@@ -204,7 +223,7 @@ class VideoMemoryEngine:
             ]
             blocks.append(
                 FrameBlock(
-                    block_id=self._next_block_id,
+                    block_id=-(len(job.ready) + len(blocks) + 1) if provisional else self._next_block_id,
                     camera=unit.camera,
                     stamp_ns=unit.stamp_ns,
                     positions=pos,
@@ -218,17 +237,32 @@ class VideoMemoryEngine:
                     poses=tuple(self._frame_poses.get((unit.camera, s)) for s in (unit.stamps_ns or (unit.stamp_ns,))),
                 )
             )
-            self._next_block_id += 1
-        return blocks
+            self._next_block_id += 0 if provisional else 1
+        return list(job.ready) + blocks
 
     def _encode_job(self, job: EncodeJob) -> list[FrameBlock]:
-        blocks = self._encode_units(job)
+        blocks = self.encode_units(job)
         with self._lock:
             for block in blocks:
                 self.store.add(block)
             self.policy.after_encode(self.store, job, blocks)
             self._enforce_caps()
         return blocks
+
+    def _place(self, per_layer, targets):
+        """The cache of a plan: from the resident cache (updated in place) where the policy keeps one."""
+        if self.resident is not None:
+            return self.resident.cache(per_layer, targets)
+        return placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+
+    def _place_resident(self) -> None:
+        """Bring the resident cache to the next frame's encoding context now, so that the next ingest and
+        a question in between (the same context for ``full`` and ``hermes``) find it placed."""
+        if self.resident is None:
+            return
+        per_layer = present_in(self.policy.encoding_context(self.store, EncodeJob([])), self.adapter.geometry.n_layers)
+        targets, _ = self.policy.layout(self.sink.n_tokens, per_layer)
+        self.resident.sync(per_layer, targets)
 
     def new_block_id(self) -> int:
         """An id for a block a policy creates itself (HERMES' summary token)."""
@@ -237,8 +271,15 @@ class VideoMemoryEngine:
 
     def _enforce_caps(self) -> None:
         """Demote or evict, as the policy chooses, until the resident budget holds."""
-        budget = (self.config.budget_tokens - self.sink.n_tokens) * self.adapter.geometry.n_layers
+        pending = self.policy.pending_entries()  # StreamKV's cached open segment, counted in the budget
+        budget = (self.config.budget_tokens - self.sink.n_tokens) * self.adapter.geometry.n_layers - pending
+        # Never for the pending cache's sake demote the encoding window: the next frames' KV would depend on the caps.
+        window = {b.block_id for b in self.policy.encoding_context(self.store, EncodeJob([]))} if pending else set()
         while self.store.resident_entries > budget:
+            if pending and self.store.resident_entries <= budget + pending and (
+                not self.store.count(Tier.RESIDENT) or self.policy.demotion_victim(self.store).block_id in window
+            ):
+                break  # only the cache is over: documented in policies/streamkv.py
             victim = self.policy.demotion_victim(self.store)
             if not (self.policy.uses_offload and self.store.can_offload(victim)):
                 self.store.evict(victim)
@@ -303,7 +344,12 @@ class VideoMemoryEngine:
         or merged frame, a MuKV segment) would make the answer rest on them, and the
         evidence cite them, though the caller asked about the window only.
         """
-        return [b for b in self.store.blocks() if self._matches(question, b.camera, b.stamps_ns)]
+        return self._candidate_set(question).blocks()
+
+    def _candidate_set(self, question: Question) -> Candidates:
+        """``candidates`` as a mask over the store's index: one vector comparison, no walk over memory."""
+        mask = self.store.index.candidate_mask(question.cameras, question.since_ns, question.until_ns)
+        return Candidates(self.store.index, mask)
 
     @staticmethod
     def _matches(question: Question, camera: str, stamps: tuple[int, ...]) -> bool:
@@ -431,15 +477,19 @@ class VideoMemoryEngine:
         Returns (first answer token's logits, cache, blocks attended to by id, position of the first
         question token); refuses (RequestError) a question with nothing to attend to or too long a context.
         """
-        candidates = self.candidates(question)
-        # Frames a policy has not encoded yet (an open segment) are encoded for this question only.
+        candidates = self._candidate_set(question)
+        # Frames a policy has not encoded into blocks yet (an open segment): the question attends to all of
+        # them when they all match (the policy's cached KV, or encoded for this question), else to none.
         pending = [u for u in self.policy.pending_units() if self._matches(question, u.camera, u.stamps_ns or (u.stamp_ns,))]
-        if not candidates and not pending:
+        if not candidates.count and not pending:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
-        selection = self.policy.question_selection(self.store, candidates, self.probe, question.text)
+        selection = self.policy.select(self.store, candidates, self.probe, question.text)
         if pending:
-            selection.fixed = selection.fixed + self._encode_units(EncodeJob(pending))
+            if len(pending) == len(self.policy.pending_units()):
+                selection.fixed = selection.fixed + self.policy.pending_blocks(self)
+            else:
+                selection.fixed = selection.fixed + self.encode_units(EncodeJob(pending))
         geo = self.adapter.geometry
         rows = question_span(self.adapter, question.text, question.options) if selection.query == "question" else None
         capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, rows=rows)
@@ -506,35 +556,40 @@ class VideoMemoryEngine:
         """
         n_layers = self.adapter.geometry.n_layers
         fixed = present_in(selection.fixed, n_layers)
-        k = min(selection.k, len(selection.pool))
+        k = min(selection.k, selection.pool_size)
         static = selection.per_layer
-        if static is None and k == len(selection.pool):  # everything fits: no scoring
-            static = [list(selection.pool) for _ in range(n_layers)]
+        if static is None and k == selection.pool_size:  # everything fits: no scoring
+            pool = selection.pool_blocks()
+            static = [list(pool) for _ in range(n_layers)]
         if static is not None:
             per_layer = [
                 sorted(fixed[l] + [b for b in static[l] if b.layers[l] is not None], key=lambda b: b.order)
                 for l in range(n_layers)
             ]
             targets, next_pos = self.policy.layout(self.sink.n_tokens, per_layer)
-            cache = placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+            cache = self._place(per_layer, targets)
             self.last_layer_blocks = [[b.block_id for b in blocks] for blocks in per_layer]
             self._context_len = max(self.sink.n_tokens + sum(b.layer_tokens(l) for b in blocks) for l, blocks in enumerate(per_layer))
             return cache, {b.block_id: b for blocks in per_layer for b in blocks}, next_pos
         # ReKV's in-pass per-layer retrieval: every layer attends to the same number of tokens.
-        sizes = {b.layer_tokens(l) for b in selection.pool for l in range(n_layers)}
-        if len(sizes) != 1 or any(b.layer_tokens(l) != b.n_tokens for b in selection.fixed for l in range(n_layers)):
+        if selection.pool_set is None:
+            selection.pool_set = Candidates.of(self.store.index, selection.pool)
+        index, pool_mask = self.store.index, selection.pool_set.mask
+        sizes = index.tokens[pool_mask]  # (N, L) kept tokens, read on the index: no walk over the pool
+        uniform = sizes.numel() == 0 or bool((sizes == sizes[0, 0]).all() and (index.encoded[pool_mask] == sizes[0, 0]).all())
+        if not uniform or any(b.layer_tokens(l) != b.n_tokens for b in selection.fixed for l in range(n_layers)):
             raise RuntimeError("per-layer retrieval needs uncompressed, equal-size blocks")
-        plan = sorted(selection.fixed + selection.pool[:k], key=lambda b: b.order)
+        # The plan's layout needs only its sizes: k pool blocks of the pool's one size (any k of them).
+        plan = sorted(selection.fixed + index.blocks_of(index.newest(pool_mask, k)), key=lambda b: b.order)
         _, next_pos = self.policy.layout(self.sink.n_tokens, [plan])
         n_ctx = self.sink.n_tokens + sum(b.n_tokens for b in plan)
         self._context_len = n_ctx
-        key_means = torch.stack([b.key_mean for b in selection.pool])  # (N, L, H, D)
         chosen: dict[int, FrameBlock] = {b.block_id: b for b in selection.fixed}
         self.last_layer_blocks = [[] for _ in range(n_layers)]
 
         def materialize(layer: int):
-            query = capture.mean(layer).cpu()  # (H, D)
-            picked = [selection.pool[i] for i in top_k_blocks(query, key_means[:, layer], k)]
+            query = capture.mean(layer)  # (H, D)
+            picked = index.blocks_of(index.top_k(query, layer, pool_mask, k))
             blocks = sorted(selection.fixed + picked, key=lambda b: b.order)
             chosen.update((b.block_id, b) for b in picked)
             self.last_layer_blocks[layer] = [b.block_id for b in blocks]
@@ -575,6 +630,8 @@ class VideoMemoryEngine:
         with self._lock:
             self.store.clear()
             self.policy.reset()
+        if self.resident is not None:
+            self.resident.clear()
         self._frame_poses = {}
         self._ingest_ms.clear()
         self._stats = self._snapshot()
@@ -644,6 +701,9 @@ class VideoMemoryEngine:
             self._frame_poses = {}
             raise
         finally:
+            if self.resident is not None:
+                self.resident.clear()
+                self._place_resident()
             self._ingest_ms.clear()
             self.last_layer_blocks, self.last_layer_stamps, self._context_len, self.last_logits = [], [], 0, None
             self._stats = self._snapshot()
@@ -653,6 +713,7 @@ class VideoMemoryEngine:
         self.reset()
         self.store.arena = None
         self.sink = None
+        self.resident = None
         if self.adapter.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -661,26 +722,27 @@ class VideoMemoryEngine:
         return self._stats
 
     def _snapshot(self) -> EngineStats:
+        """O(1) in what memory holds: every figure is a counter the store keeps (issue 16)."""
         with self._lock:
-            blocks = list(self.store.blocks())
             sink = self.sink.n_tokens if self.sink is not None else 0
             n_layers = self.adapter.geometry.n_layers
             resident_entries = self.store.resident_entries + sink * n_layers
             arena = self.store.arena
-            stamps = [s for b in blocks if b.stamp_ns > 0 or b.kind != "summary" for s in b.stamps_ns]
+            oldest, newest = self.store.stamp_range()
             return EngineStats(
                 policy=self.policy.name,
                 frames_ingested=self._ingested,
                 frames_evicted=self.store.evicted_blocks,
-                frames_in_memory=len(blocks),
+                frames_in_memory=len(self.store),
                 tokens_resident=-(-resident_entries // n_layers),
                 tokens_offloaded=-(-self.store.offloaded_entries // n_layers),
                 bytes_resident=self.store.entry_bytes(resident_entries),
                 bytes_offloaded=self.store.offloaded_bytes,
                 budget_tokens=self.config.budget_tokens,
                 budget_offload_bytes=0 if arena is None else arena.capacity_bytes,
-                oldest_stamp_ns=min(stamps, default=0),
-                newest_stamp_ns=max(stamps, default=0),
+                oldest_stamp_ns=oldest,
+                newest_stamp_ns=newest,
                 ingest_ms_p50=self._ingest_ms.percentile(50),
                 ingest_ms_p95=self._ingest_ms.percentile(95),
+                streamkv_open_segment_bytes=self.policy.pending_feature_bytes() + self.store.entry_bytes(self.policy.pending_entries()),
             )

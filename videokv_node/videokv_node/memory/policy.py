@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import MemoryConfig
 from videokv_node.memory.retrieval_cache import Targets, pack_layout
@@ -60,6 +61,9 @@ class EncodeJob:
 
     units: list[Unit]
     stream: str = "frame"
+    # Blocks already encoded that open this job (StreamKV's cached open segment): the units attend to
+    # them after the encoding context, and the job's blocks are these followed by the units' blocks.
+    ready: list[FrameBlock] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -68,8 +72,10 @@ class QuestionSelection:
 
     Either static (``per_layer``: each layer's blocks, decided before the pass),
     or ReKV's in-pass retrieval: every ``fixed`` block plus the top ``k`` of
-    ``pool``, scored separately in each layer with that layer's question query.
-    ``fixed`` blocks are attended in every layer (where they keep tokens).
+    ``pool`` (or of ``pool_set``, the same as an index mask, which is scored on
+    the index without a list of blocks), scored separately in each layer with
+    that layer's question query. ``fixed`` blocks are attended in every layer
+    (where they keep tokens).
     """
 
     fixed: list[FrameBlock] = field(default_factory=list)
@@ -77,6 +83,15 @@ class QuestionSelection:
     k: int = 0
     per_layer: list[list[FrameBlock]] | None = None
     query: str = "prompt"  # in-pass retrieval scores with the mean query of the whole prompt or the question's own tokens
+    pool_set: Candidates | None = None  # when set, the pool (``pool`` is then empty)
+
+    @property
+    def pool_size(self) -> int:
+        return self.pool_set.count if self.pool_set is not None else len(self.pool)
+
+    def pool_blocks(self) -> list[FrameBlock]:
+        """The pool in creation order, however it is given."""
+        return self.pool_set.blocks() if self.pool_set is not None else list(self.pool)
 
 
 class MemoryPolicy(ABC):
@@ -84,6 +99,9 @@ class MemoryPolicy(ABC):
 
     name: ClassVar[str]
     uses_offload: ClassVar[bool]  # False: a block leaving the device is evicted, not offloaded
+    # True: frames are encoded after the whole resident tier and questions read it as it is, so the
+    # engine keeps it placed between steps (memory/resident_cache.py) instead of rebuilding it.
+    resident_context: ClassVar[bool] = False
 
     def __init__(self, config: MemoryConfig, adapter: VideoLLMAdapter) -> None:
         self.config = config
@@ -144,9 +162,27 @@ class MemoryPolicy(ABC):
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
         """Compress right after a job is encoded (its blocks are in the store); nothing by default."""
 
+    def after_frame(self, engine: "VideoMemoryEngine") -> None:
+        """Called once a frame's jobs are encoded and stored, before the caps are enforced; nothing by default."""
+
     def pending_units(self) -> list[Unit]:
-        """Frames received but not yet encoded (an open segment); a question encodes them for itself."""
+        """Frames received but not yet encoded into blocks (an open segment)."""
         return []
+
+    def pending_blocks(self, engine: "VideoMemoryEngine") -> list[FrameBlock]:
+        """Blocks of ``pending_units`` for a question to attend to, outside the store; by default
+        encoded for the question only. StreamKV keeps them cached (``policies/streamkv.py``)."""
+        units = self.pending_units()
+        return engine.encode_units(EncodeJob(units)) if units else []
+
+    def pending_entries(self) -> int:
+        """Resident (token, layer) entries the policy holds outside the store (StreamKV's cached open
+        segment): counted in the resident budget and the stats. None by default."""
+        return 0
+
+    def pending_feature_bytes(self) -> int:
+        """Bytes of frame features waiting outside the KV figures (StreamKV's open segment); 0 by default."""
+        return 0
 
     def layout(self, sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
         """Where each layer's kept tokens stand for RoPE, and the next free position."""
@@ -168,6 +204,14 @@ class MemoryPolicy(ABC):
         return victim
 
     # --- questions ----------------------------------------------------------
+    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+        """``question_selection`` on candidates given as an index mask (what the engine calls).
+
+        Default: the candidates as a list, O(candidates) in Python; policies that score every
+        block held (ReKV, StreamKV, MuKV) override it to read the index instead (issue 16).
+        """
+        return self.question_selection(store, candidates.blocks(), probe, question)
+
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         """(N,) this policy's own retrieval score of each candidate for ``text`` (``~/locate``), or None
         when it has none: locate then ranks frames by a question prefill's attention mass
@@ -184,6 +228,22 @@ def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]
     out: list[FrameBlock] = []
     total = 0
     for block in reversed(blocks):
+        if total + block.n_tokens > max_tokens:
+            break
+        out.append(block)
+        total += block.n_tokens
+    out.reverse()
+    return out
+
+
+def recent_resident(store: BlockStore, max_tokens: int, stream: str | None = None) -> list[FrameBlock]:
+    """``recent_within`` of the resident blocks (of ``stream`` only, if given), in time order, reading
+    the resident tier newest first only as far as the window goes."""
+    out: list[FrameBlock] = []
+    total = 0
+    for block in store.newest_first(Tier.RESIDENT):
+        if stream is not None and block.stream != stream:
+            continue
         if total + block.n_tokens > max_tokens:
             break
         out.append(block)

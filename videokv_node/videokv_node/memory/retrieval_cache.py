@@ -51,7 +51,10 @@ class Sink:
 
 def stored_positions(block: FrameBlock, layer: int) -> torch.Tensor:
     """(P, t) positions the kept keys of ``block`` in ``layer`` are rotated at."""
-    return block.positions[:, block.layers[layer].index]
+    kv = block.layers[layer]
+    if kv.n_tokens == block.n_tokens:  # nothing dropped: the index is 0..T-1 (ascending, unique)
+        return block.positions
+    return block.positions[:, kv.index]
 
 
 def pack_layout(adapter: VideoLLMAdapter, sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
@@ -68,7 +71,8 @@ def pack_layout(adapter: VideoLLMAdapter, sink_len: int, per_layer: Sequence[Seq
 def logical_layout(sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
     """Tokens stay at their logical positions (HERMES' lazy re-indexing); next position after the largest."""
     targets = [[b.layers[layer].logical for b in blocks] for layer, blocks in enumerate(per_layer)]
-    end = max((int(t.max()) + 1 for ts in targets for t in ts if t.numel()), default=sink_len)
+    # One reduction per layer, not one per block: this runs for every frame and question.
+    end = max((int(torch.cat(ts, dim=1).max()) + 1 for ts in targets if ts and sum(t.numel() for t in ts)), default=sink_len)
     return targets, max(end, sink_len)
 
 

@@ -24,6 +24,11 @@ class EngineStats:
     newest_stamp_ns: int
     ingest_ms_p50: float
     ingest_ms_p95: float
+    # StreamKV's open segment, outside the figures above (0 for every other policy): its members'
+    # features (merged frames once) plus their cached KV. The engine demotes older blocks to keep that KV
+    # within budget_tokens too, but never the encoding window, so the two together may exceed it by the
+    # cache's size past the room the window leaves (at most M frames; memory.streamkv.max_segment_s).
+    streamkv_open_segment_bytes: int = 0
 
 
 class LatencyWindow:

@@ -77,12 +77,10 @@ class VideoLLMAdapter(ABC):
         tokens as adjacent). Every token moves by one scalar delta on all rows, which is what
         ``rotate_keys`` can apply exactly.
         """
-        out = []
-        for piece in pieces:
-            n = piece.shape[1]
-            out.append(self.text_positions(start, n))
-            start += n
-        return out, start
+        sizes = [piece.shape[1] for piece in pieces]
+        total = sum(sizes)
+        # One range split into views: a per-piece range cost a tensor per block per layer per step.
+        return list(self.text_positions(start, total).split(sizes, dim=1)), start + total
 
     # --- vision -----------------------------------------------------------
     @abstractmethod

@@ -118,4 +118,5 @@ def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: i
     msg.questions_failed = counters["failed"]
     msg.oldest_stamp = ns_to_time(stats.oldest_stamp_ns)
     msg.newest_stamp = ns_to_time(stats.newest_stamp_ns)
+    msg.streamkv_open_segment_bytes = stats.streamkv_open_segment_bytes
     return msg

@@ -182,6 +182,7 @@ _DESCRIPTIONS = {
     "memory.streamkv.similarity_threshold": "StreamKV: adjacent-frame cosine below this starts a segment (paper: 0.99)",
     "memory.streamkv.min_segment_frames": "StreamKV m: segments are at least this many frames (paper: 4)",
     "memory.streamkv.max_segment_frames": "StreamKV M: longer segments merge their most similar adjacent pair (paper: 64)",
+    "memory.streamkv.max_segment_s": "StreamKV: an open segment spanning longer than this (stamps) closes at the next frame; 0: no cap (ours, not the paper's)",
     "memory.streamkv.summary_frames": "StreamKV: a summary frame (segment mean) per segment, never compressed (paper: on)",
     "memory.streamkv.compression_ratio": "StreamKV theta: share of a segment's frame blocks dropped per layer, in [0, 1) (paper: 0.6)",
     "memory.streamkv.retrieve_frames": "StreamKV N_r: frame blocks retrieved per layer on average (paper: 8)",

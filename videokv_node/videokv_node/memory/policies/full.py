@@ -17,6 +17,7 @@ from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionS
 class FullPolicy(MemoryPolicy):
     name = "full"
     uses_offload = False
+    resident_context = True
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return list(store.blocks(Tier.RESIDENT))

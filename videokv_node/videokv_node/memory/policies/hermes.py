@@ -81,6 +81,7 @@ TOKEN_ID_STRIDE = 1 << 20  # global token id = block_id * stride + token index (
 class HermesPolicy(MemoryPolicy):
     name = "hermes"
     uses_offload = False
+    resident_context = True
 
     def __init__(self, config, adapter) -> None:
         super().__init__(config, adapter)

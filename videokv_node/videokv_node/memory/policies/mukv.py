@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_within
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.scoring.mukv import (
     attention_importance,
     dual_signal,
@@ -133,8 +134,7 @@ class MuKVPolicy(MemoryPolicy):
         )
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
-        same = [b for b in store.blocks(Tier.RESIDENT) if b.stream == job.stream]
-        return recent_within(same, self.config.local_window_tokens)
+        return recent_resident(store, self.config.local_window_tokens, stream=job.stream)
 
     def encode_observer(self, job: EncodeJob):
         last = self.n_layers - 1
@@ -166,20 +166,32 @@ class MuKVPolicy(MemoryPolicy):
             keep = keep_indices(scores, getattr(self.cfg, f"keep_{gran}"))
             for layer in range(self.n_layers):
                 store.keep(block, layer, keep)
-            block.rep = flat[keep.to(flat.device)].mean(0).cpu()  # (H * D,)
+            rep = flat[keep.to(flat.device)].mean(0).cpu()  # (H * D,)
+            if block in store:
+                store.set_rep(block, rep)  # the block and its index slot
+            else:
+                block.rep = rep
 
     # --- questions ----------------------------------------------------------
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
+        return self.select(store, Candidates.of(store.index, candidates), probe, question)
+
+    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+        """The three pools read from the index: per granularity, the candidates of that stream in
+        creation order and their representatives, one gathered row each."""
         geo = self.adapter.geometry
         q = probe(question)[-1].float().mean(0)  # (H_q, D), last layer
         q = q.view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)  # (H_kv * D,)
-        by_gran = {g: [b for b in candidates if b.stream == g] for g in GRANULARITIES}
-        present = [g for g in GRANULARITIES if by_gran[g]]
-        scores = {g: cosine_scores(torch.stack([b.rep for b in by_gran[g]]), q) for g in present}
-        reps = {g: torch.stack([b.rep for b in by_gran[g]]) for g in present}
+        index = store.index
+        order = index.by_age(candidates.mask)  # (N,) slots in creation order
+        by_gran = {g: order[index.stream[order] == index.code(g)] for g in GRANULARITIES}  # (N_g,) slots
+        present = [g for g in GRANULARITIES if by_gran[g].numel()]
+        reps = {g: index.rep[by_gran[g]] for g in present}  # (N_g, H_kv * D)
+        scores = {g: cosine_scores(reps[g], q) for g in present}
         k = {g: getattr(self.cfg, f"retrieve_{g}") for g in present}
         lam = {g: getattr(self.cfg, f"rerank_{g}") for g in present}
         picked = semi_hierarchical_rerank(scores, reps, k, lam, top_segments=self.cfg.top_segments, over=self.cfg.over_retrieval)
-        chosen = sorted((by_gran[g][i] for g in present for i in picked[g].tolist()), key=lambda b: b.order)
-        self.last_selection = {g: [by_gran[g][i].block_id for i in picked[g].tolist()] for g in present}
+        slots = {g: by_gran[g][picked[g].to(by_gran[g].device)] for g in present}
+        chosen = sorted((b for g in present for b in index.blocks_of(slots[g])), key=lambda b: b.order)
+        self.last_selection = {g: [b.block_id for b in index.blocks_of(slots[g])] for g in present}
         return QuestionSelection(per_layer=[list(chosen) for _ in range(self.n_layers)])

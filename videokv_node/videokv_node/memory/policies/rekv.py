@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.locate import layer_scores, query_means
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_within
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
 
 
 class ReKVPolicy(MemoryPolicy):
@@ -42,7 +43,7 @@ class ReKVPolicy(MemoryPolicy):
     uses_offload = True
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
-        return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
+        return recent_resident(store, self.config.local_window_tokens)
 
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         rekv = self.config.rekv
@@ -51,6 +52,15 @@ class ReKVPolicy(MemoryPolicy):
         recent_ids = {b.block_id for b in recent}
         pool = [b for b in candidates if b.block_id not in recent_ids]
         return QuestionSelection(fixed=recent, pool=pool, k=self.config.retrieve_frames, query=rekv.query)
+
+    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+        """``question_selection`` on the index: the window from the newest candidates, the pool as a mask
+        (scored per layer on the index inside the pass, ``BlockIndex.top_k``)."""
+        rekv = self.config.rekv
+        # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
+        recent = candidates.recent_within(self.config.local_window_tokens) if rekv.question_window else []
+        return QuestionSelection(fixed=recent, pool_set=candidates.without(recent), k=self.config.retrieve_frames,
+                                 query=rekv.query)
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         if not candidates:

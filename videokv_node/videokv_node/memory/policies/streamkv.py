@@ -26,11 +26,23 @@ Choices where the paper is not specific, ours:
   question, read right after the prompt sink (``engine.probe``), query heads
   averaged per KV group (GQA) and concatenated. Pre-RoPE: a block's score must
   not depend on where it happened to be encoded.
-- A question asked while a segment is open sees that segment's frames: they
-  are encoded for the question (with the local window), uncompressed, and
-  dropped after it; the segment is encoded for good when it closes. On a
-  static scene a segment may stay open for long (merging caps it at M
-  members, not in time), so a question may pay for encoding up to M frames.
+- A question asked while a segment is open sees that segment's frames,
+  uncompressed. Their KV is cached (issue 16): each frame joining the open
+  segment is encoded on arrival after the local window and the members before
+  it, exactly as the segment's one pass would encode it, so a question reads
+  it as it is; a merge re-encodes from the merged member on. The cache counts
+  in the resident budget (older blocks are demoted to make room) and in the
+  stats. When the segment closes its cached frames become its blocks and only
+  the summary frame is encoded, after them: the paper's one pass over
+  [S || f_s], split where the frames arrived.
+- A closing rule of ours besides the paper's: an open segment spanning more
+  than ``max_segment_s`` (header stamps) closes at the next frame. Otherwise a
+  static scene keeps a segment open for ever (merging caps it at M members, not
+  in time). The cache is counted in the budget by demoting older blocks, but
+  never the encoding window's (that would change what the next frames are
+  encoded with, so the KV would depend on the caps): a cache larger than the
+  room the budget leaves past the window (``budget_tokens`` less the sink and
+  the window) stays over budget by the difference, at most M frames' worth.
 - Blocks leave the device oldest first to the host arena (the KV bank), as in
   ReKV; past the arena's cap the oldest is dropped.
 """
@@ -41,9 +53,10 @@ import math
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock, LayerKV
+from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_within
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.select_kv import cosine_scores, select_kv
 from videokv_node.memory.snapshot import dtype_from_name, dtype_name
@@ -79,15 +92,18 @@ class StreamKVPolicy(MemoryPolicy):
         self._offsets: torch.Tensor | None = None  # (P, T): every frame's token offsets
         self._dtype = torch.float32
         self._next_item = 0
+        self._open: list[tuple[object, FrameBlock]] = []  # (segment member, its cached block), in member order
         self.guidance: torch.Tensor | None = None  # (L, H_kv * D)
         self.last_budgets: list[int] = []  # per layer, of the last retrieval (tests, debugging)
 
     def setup(self, engine, probe: Probe) -> None:
+        self.engine = engine
         self.guidance = criterion(probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)
 
     def reset(self) -> None:
         self.segmenter.reset()
         self._meta.clear()
+        self._open = []
 
     # --- snapshots ------------------------------------------------------------
     def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -103,6 +119,15 @@ class StreamKVPolicy(MemoryPolicy):
         tensors = {f"segmenter/{name}": t for name, t in seg_tensors.items()}
         if self._offsets is not None:
             tensors["offsets"] = self._offsets  # (P, T)
+        # The open segment's cached KV, saved rather than re-encoded on load: a cache rebuilt in other
+        # passes would differ in the last bits from the one built while streaming.
+        cached = [block for _, block in self._open]
+        meta["open_cached"] = len(cached)
+        if cached:
+            tensors["open/keys"] = torch.stack([torch.stack([kv.keys for kv in b.layers]) for b in cached])  # (n, L, H, T, D)
+            tensors["open/values"] = torch.stack([torch.stack([kv.values for kv in b.layers]) for b in cached])
+            tensors["open/positions"] = torch.stack([b.positions for b in cached])  # (n, P, T)
+            tensors["open/key_mean"] = torch.stack([b.key_mean for b in cached])  # (n, L, H, D)
         return meta, tensors
 
     def load_state(self, meta, tensors, blocks) -> None:
@@ -126,6 +151,28 @@ class StreamKVPolicy(MemoryPolicy):
         self._meta = frames
         self._offsets = None if offsets is None else offsets.cpu()  # positions live on the host
         self._dtype, self._next_item = dtype, next_item
+        self._open = []
+        n_cached = int(meta.get("open_cached", 0))
+        if 0 < n_cached <= len(self.segmenter.pending) and "open/keys" in tensors:
+            self._open = list(zip(self.segmenter.pending, self._cached_blocks(n_cached, tensors)))
+
+    def _cached_blocks(self, n: int, tensors: dict[str, torch.Tensor]) -> list[FrameBlock]:
+        """The saved cache of the first ``n`` open members as blocks (provisional ids -1, -2, ...)."""
+        device = self.adapter.device
+        keys, values = tensors["open/keys"].to(device), tensors["open/values"].to(device)  # (n, L, H, T, D)
+        blocks = []
+        for i, member in enumerate(self.segmenter.pending[:n]):
+            unit = self._member_unit(member)
+            positions = tensors["open/positions"][i].cpu()  # (P, T)
+            index = torch.arange(positions.shape[1])
+            layers = [LayerKV(index=index, logical=positions, keys=keys[i, l].clone(), values=values[i, l].clone())
+                      for l in range(self.n_layers)]
+            blocks.append(FrameBlock(block_id=-(i + 1), camera=unit.camera, stamp_ns=unit.stamp_ns, positions=positions,
+                                     key_mean=tensors["open/key_mean"][i].cpu(), layers=layers, stamps_ns=unit.stamps_ns))
+        return blocks
+
+    def after_restore(self, store: BlockStore) -> None:
+        self._refresh_open()  # members a snapshot did not cache (one written before caching existed)
 
     # --- encoding -----------------------------------------------------------
     def on_frame(self, store: BlockStore, unit: Unit) -> list[EncodeJob]:
@@ -133,8 +180,46 @@ class StreamKVPolicy(MemoryPolicy):
         self._next_item += 1
         self._meta[item] = (unit.camera, unit.stamp_ns)
         self._offsets, self._dtype = unit.offsets, unit.feat.dtype
-        closed = self.segmenter.push(item, unit.feat)
+        closed = []
+        if self._must_close(unit):
+            closed.append(self.segmenter.flush())
+        closed += self.segmenter.push(item, unit.feat)
         return [self._segment_job(segment) for segment in closed]
+
+    def _must_close(self, unit: Unit) -> bool:
+        """Our closing rule (module docstring): the open segment spans more than ``max_segment_s``."""
+        pending = self.segmenter.pending
+        if not pending:
+            return False
+        first = self._meta[pending[0].item_ids[0]][1]
+        return self.cfg.max_segment_s > 0 and unit.stamp_ns - first > self.cfg.max_segment_s * 1e9
+
+    def after_frame(self, engine) -> None:
+        self._refresh_open()
+
+    def _refresh_open(self) -> None:
+        """Bring the open segment's cached KV up to date: keep the cached members still pending (same
+        member, same place), encode the rest in one pass after them (a new frame: one member; a
+        merge: from the merged member on)."""
+        pending = self.segmenter.pending
+        n = 0
+        while n < min(len(pending), len(self._open)) and self._open[n][0] is pending[n]:
+            n += 1
+        blocks = [block for _, block in self._open[:n]]
+        if n < len(pending):
+            blocks = self.engine.encode_units(EncodeJob([self._member_unit(m) for m in pending[n:]], ready=blocks), provisional=True)
+        self._open = list(zip(pending, blocks))
+
+    def pending_blocks(self, engine) -> list[FrameBlock]:
+        """The open segment's cached blocks (refreshed first if stale: right after a snapshot load)."""
+        self._refresh_open()
+        return [block for _, block in self._open]
+
+    def pending_entries(self) -> int:
+        return sum(block.entries for _, block in self._open)
+
+    def pending_feature_bytes(self) -> int:
+        return sum(m.feature.numel() * m.feature.element_size() for m in self.segmenter.pending)
 
     def _member_unit(self, member) -> Unit:
         """A segment member as a unit: one frame, or the mean of merged adjacent frames (cited by all of them)."""
@@ -145,10 +230,15 @@ class StreamKVPolicy(MemoryPolicy):
         return Unit(feat=feat, offsets=self._offsets, camera=camera, stamp_ns=stamps[0], stamps_ns=stamps)
 
     def _segment_job(self, segment) -> EncodeJob:
-        units = [self._member_unit(member) for member in segment.members]
+        """The closing segment: its cached frames (when the cache holds exactly its members) and its summary."""
+        cached = [block for _, block in self._open]
+        same = len(self._open) == len(segment.members) and all(a is b for (a, _), b in zip(self._open, segment.members))
+        ready = cached if same else []
+        self._open = []
+        units = [] if ready else [self._member_unit(member) for member in segment.members]
         if self.cfg.summary_frames:
-            last = units[-1]
-            all_stamps = tuple(s for u in units for s in u.stamps_ns)
+            last = self._member_unit(segment.members[-1])
+            all_stamps = tuple(self._meta[i][1] for m in segment.members for i in m.item_ids)
             units.append(
                 Unit(
                     feat=segment.summary_feature().to(last.feat.dtype),
@@ -164,13 +254,13 @@ class StreamKVPolicy(MemoryPolicy):
         for member in segment.members:
             for i in member.item_ids:
                 self._meta.pop(i, None)
-        return EncodeJob(units)
+        return EncodeJob(units, ready=ready)
 
     def pending_units(self) -> list[Unit]:
         return [self._member_unit(member) for member in self.segmenter.pending]
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
-        return recent_within(list(store.blocks(Tier.RESIDENT)), self.config.local_window_tokens)
+        return recent_resident(store, self.config.local_window_tokens)
 
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
         frames = [b for b in blocks if not b.protected]
@@ -189,13 +279,20 @@ class StreamKVPolicy(MemoryPolicy):
 
     # --- questions ----------------------------------------------------------
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
+        return self.select(store, Candidates.of(store.index, candidates), probe, question)
+
+    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+        """SelectKV over every candidate, read from the index: per layer, the candidates that keep
+        tokens there in creation order, their mean keys (heads concatenated) one gathered row each."""
         L = self.n_layers
         query = criterion(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H*D)
-        ranges = [[b for b in candidates if b.layers[layer] is not None] for layer in range(L)]
+        index = store.index
+        order = index.by_age(candidates.mask)  # (N,) slots in creation order
+        ranges = [order[index.present[order, layer]] for layer in range(L)]  # per layer (n_l,) slots
         scores = [
-            cosine_scores(torch.stack([b.key_mean[layer].reshape(-1) for b in r]), query[layer]) if r else torch.zeros(0)
+            cosine_scores(index.key_mean[layer][r].reshape(r.numel(), -1), query[layer]) if r.numel() else torch.zeros(0)
             for layer, r in enumerate(ranges)
         ]
         chosen = select_kv(scores, self.cfg.retrieve_frames * L)
         self.last_budgets = [int(c.numel()) for c in chosen]
-        return QuestionSelection(per_layer=[[r[i] for i in c.tolist()] for r, c in zip(ranges, chosen)])
+        return QuestionSelection(per_layer=[index.blocks_of(r[c.to(r.device)]) for r, c in zip(ranges, chosen)])
