@@ -239,3 +239,18 @@ def test_disc_frames_show_one_plain_disc_moving():
         blue = (np.abs(f.astype(int) - DISC_COLOURS["blue"]).sum(-1) == 0).mean()
         assert blue > 0.05  # a radius of 40 px or more
     assert not np.array_equal(frames[0], frames[1])
+
+
+def test_the_generalisation_report_shows_both_models_per_set_and_kind():
+    from videokv_node.models.eval_tiny_vlm import generalisation_report
+
+    def results(model, acc):
+        per = {k: {"examples": 3, "open": acc, "likelihood": acc, "letter": acc / 2} for k in KINDS}
+        return {"model": model, "weights": "w", "generalisation": {"in distribution": per, "held out": per},
+                "discs": {"examples": 8, "open": acc, "likelihood": acc, "letter": 0.25}}
+
+    text = generalisation_report(results("v2", 0.5), results("v3", 0.75), "cmd")
+    rows = [line for line in text.splitlines() if line.startswith("| held out |") or line.startswith("| in distribution |")]
+    assert len(rows) == 2 * len(KINDS)
+    assert all(row.endswith("| 0.50 | 0.50 | 0.25 | 0.75 | 0.75 | 0.38 |") for row in rows)
+    assert "v2: open 0.50" in text and "v3: open 0.75" in text
