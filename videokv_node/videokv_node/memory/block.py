@@ -105,3 +105,16 @@ class FrameBlock:
     @property
     def is_empty(self) -> bool:
         return all(kv is None for kv in self.layers)
+
+
+def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
+    """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
+    out: list[FrameBlock] = []
+    total = 0
+    for block in reversed(blocks):
+        if total + block.n_tokens > max_tokens:
+            break
+        out.append(block)
+        total += block.n_tokens
+    out.reverse()
+    return out

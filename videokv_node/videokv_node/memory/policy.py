@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier
+from videokv_node.memory.block import FrameBlock, Tier, recent_within  # recent_within: re-exported for the policies
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import MemoryConfig
@@ -221,19 +221,6 @@ class MemoryPolicy(ABC):
     @abstractmethod
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         """Choose the question's context among ``candidates`` (time order, already filtered by camera/time)."""
-
-
-def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
-    """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
-    out: list[FrameBlock] = []
-    total = 0
-    for block in reversed(blocks):
-        if total + block.n_tokens > max_tokens:
-            break
-        out.append(block)
-        total += block.n_tokens
-    out.reverse()
-    return out
 
 
 def recent_resident(store: BlockStore, max_tokens: int, stream: str | None = None) -> list[FrameBlock]:
