@@ -1,0 +1,167 @@
+"""The package's shape, read from its source (issue 19): no import cycle, dependencies one way, no
+library module over the size limit without its reason, models/ holding adapters only.
+
+The import graph is built here from the files' syntax trees (every ``import``, including those inside
+functions, and package ``__init__`` files as modules of their own), independently of the package: a
+module is never imported, so an import that only happens at run time counts as much as one at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "videokv_node" / "videokv_node"
+
+# Layers, lowest first: a module may import its own layer and those below, never above.
+# ros -> runtime / eval / spava -> memory -> ingest / vision / models / tinyvlm -> the ground floor.
+LAYERS = {
+    "ros": 5,
+    "runtime": 4, "eval": 4, "spava": 4,
+    "memory": 3,
+    "ingest": 2, "vision": 2, "tinyvlm": 2,
+    "models": 1,
+}
+MAX_LINES = 350
+SIZE_REASON = "Why one module:"  # a docstring line that says why a longer module is kept whole
+ROS_ONLY = ("rclpy", "rosidl_runtime_py", "launch", "launch_ros", "tf2_ros", "videokv_interfaces",
+            "sensor_msgs", "geometry_msgs", "nav_msgs", "diagnostic_msgs", "std_msgs", "builtin_interfaces",
+            "lifecycle_msgs", "rosbag2_py", "message_filters", "cv_bridge")
+
+
+def module_files() -> dict[str, Path]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+MODULES = module_files()
+
+
+def _resolve(name: str) -> str | None:
+    """The package module that ``name`` (a module or a name inside one) lives in, or None if outside."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> tuple[set[str], set[str]]:
+    """(package modules, top-level outside packages) that ``module``'s source imports anywhere."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    inside, outside = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            names = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names]
+        for name in names:
+            target = _resolve(name)
+            if target is not None:
+                if target != module:
+                    inside.add(target)
+            else:
+                outside.add(name.split(".")[0])
+    return inside, outside
+
+
+GRAPH = {m: imports_of(m)[0] for m in MODULES}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one module (an iterative walk: no recursion limit)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert strongly_connected(graph) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    cycles = strongly_connected(GRAPH)
+    assert not cycles, "import cycles (each a set of modules that import each other, directly or not):\n" + \
+        "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+def test_dependencies_point_one_way():
+    upward = [f"{m} -> {t}" for m, targets in GRAPH.items() for t in sorted(targets)
+              if _layer(m) is not None and _layer(t) is not None and _layer(t) > _layer(m)]
+    assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1:2] != ["ros"] and "." in m))
+def test_library_never_imports_ros(module):
+    outside = imports_of(module)[1]
+    assert not outside & set(ROS_ONLY), f"{module} imports {sorted(outside & set(ROS_ONLY))}"
+
+
+def test_models_holds_adapters_only():
+    """Training data, training and the self-trained model's evaluation live in tinyvlm/, not models/."""
+    offenders = [m for m in MODULES if m.startswith("videokv_node.models.")
+                 and any(word in m.rpartition(".")[2] for word in ("train", "scene", "story", "variety", "eval"))]
+    assert not offenders, f"not model adapters: {offenders}"
+
+
+def test_modules_within_size_or_say_why():
+    long = []
+    for module, path in MODULES.items():
+        lines = path.read_text().count("\n")
+        if lines > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            if SIZE_REASON not in doc:
+                long.append(f"{module}: {lines} lines")
+    assert not long, f"modules over {MAX_LINES} lines whose docstring has no '{SIZE_REASON}' line:\n" + "\n".join(long)
