@@ -30,7 +30,7 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "videokv_node = videokv_node.ros.node:main",
+            "videokv_node = videokv_node.ros.main:main",
         ],
     },
 )

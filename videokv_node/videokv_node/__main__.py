@@ -2,7 +2,7 @@
 
 import sys
 
-from videokv_node.ros.node import main
+from videokv_node.ros.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -57,9 +57,9 @@ class LocateService:
         settings = node.settings
         future = None
         try:
-            query = request_to_query(request, node._resolve_camera, settings.locate.max_k)
+            query = request_to_query(request, node.resolve_camera, settings.locate.max_k)
             engine = node.engine
-            future = node._worker().call(lambda: engine.locate(query))
+            future = node.active_worker().call(lambda: engine.locate(query))
             result = future.result(timeout=settings.node.question_timeout_s)
         except (RequestError, WorkerBusy, WorkerStopped) as exc:
             return _refuse(response, str(exc))

@@ -1,0 +1,101 @@
+"""Camera intake: the node's camera subscriptions and what a frame goes through before the model.
+
+Decode, sample by header stamp, queue for the model worker; a callback never runs the
+model. The subscriptions share one mutually exclusive callback group, so frames of all
+cameras reach the sampler one at a time, in arrival order.
+"""
+
+from __future__ import annotations
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qos_profile_system_default
+from sensor_msgs.msg import CompressedImage, Image
+
+from videokv_node.ingest.image_decode import ImageDecodeError
+from videokv_node.ingest.sampler import SampleDecision
+from videokv_node.memory.question import Frame
+from videokv_node.ros import conversions
+from videokv_node.runtime.worker import WorkerStopped
+
+QOS = {
+    "sensor_data": qos_profile_sensor_data,
+    "reliable": QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
+    "system_default": qos_profile_system_default,
+}
+
+
+def camera_qos(s) -> QoSProfile:
+    """The cameras' QoS from the node's settings (``camera_qos``, and ``camera_qos_depth`` when > 0)."""
+    qos = QOS[s.camera_qos]
+    if s.camera_qos_depth > 0:
+        qos = QoSProfile(history=qos.history, depth=s.camera_qos_depth, reliability=qos.reliability,
+                         durability=qos.durability)
+    return qos
+
+
+class CameraIntake:
+    """The camera subscriptions of an active node; ``node`` is the videokv node (its worker, sampler,
+    status publishers, poses and long-replay archive, read at each frame: a deactivation clears them)."""
+
+    def __init__(self, node, s) -> None:
+        """Subscribe to ``s.image_topics`` and ``s.compressed_topics`` (NodeSettings); a topic in both, once."""
+        self._node = node
+        self._subscriptions = []
+        group = MutuallyExclusiveCallbackGroup()
+        qos = camera_qos(s)
+        for topic in dict.fromkeys(s.image_topics + s.compressed_topics):
+            compressed = topic in s.compressed_topics or topic.endswith("/compressed")
+            msg_type = CompressedImage if compressed else Image
+            camera = node.resolve_topic_name(topic)
+            self._subscriptions.append(node.create_subscription(
+                msg_type, topic, lambda msg, c=camera, z=compressed: self.image_callback(msg, c, z),
+                qos, callback_group=group,
+            ))
+            node.get_logger().info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")
+
+    def destroy(self) -> None:
+        """Remove the subscriptions (the node is deactivated): no frame is taken after this returns."""
+        for subscription in reversed(self._subscriptions):
+            self._node.destroy_subscription(subscription)
+        self._subscriptions = []
+
+    def image_callback(self, msg, camera: str, compressed: bool) -> None:
+        """Decode, sample by header stamp, queue for the model worker; never runs the model.
+
+        Decoding comes first so that a malformed frame is always counted and never
+        takes a sample slot; for raw images it is one copy, for JPEG it is the cost
+        of that guarantee.
+        """
+        node = self._node
+        worker, status = node.worker, node.status
+        if worker is None or status is None:  # delivered just before a deactivation: not taken
+            return
+        node.counters.add("received")
+        status.frame_received(camera)
+        try:
+            rgb = conversions.compressed_to_rgb(msg) if compressed else conversions.image_to_rgb(msg)
+        except ImageDecodeError as exc:
+            node.drop(f"dropped a frame from {camera} ({exc.reason}): {exc}")
+            return
+        stamp_ns = conversions.time_to_ns(msg.header.stamp)
+        if stamp_ns == 0:  # unstamped driver: fall back to the node clock (sim time aware)
+            stamp_ns = node.get_clock().now().nanoseconds
+        decision = node.sampler.offer(camera, stamp_ns)
+        if decision is SampleDecision.STALE:
+            node.drop(f"dropped a frame from {camera}: stamp older than the last sampled one")
+            return
+        if not decision.admitted:
+            return
+        if decision is SampleDecision.RESET:
+            node.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
+        node.counters.add("sampled")
+        poses = node.poses
+        pose = poses.pose_at(stamp_ns) if poses is not None else None
+        long_replay = node.long_replay
+        if long_replay is not None:
+            long_replay.archive.add(camera, stamp_ns, rgb, pose)
+        try:
+            if not worker.submit_frame(Frame(camera, stamp_ns, rgb, pose)):
+                node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
+        except WorkerStopped:  # deactivated while this frame was on its way
+            node.drop(f"dropped a frame from {camera}: the node is being deactivated")

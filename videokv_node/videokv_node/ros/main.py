@@ -1,0 +1,72 @@
+"""``videokv_node`` (the console script), ``python -m videokv_node``: start the node the ``lifecycle`` parameter asks for.
+
+The plain node (``ros/node.py``) is configured and active from start to exit; the lifecycle
+node (``ros/lifecycle.py``) starts unconfigured. This module is the only one that knows
+both, so neither imports the other's module.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import rclpy
+from rclpy.exceptions import ParameterException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+from videokv_node.memory.config import ConfigError
+from videokv_node.models.factory import ModelLoadError
+from videokv_node.ros.lifecycle import VideoKVLifecycleNode
+from videokv_node.ros.node import NODE_NAME, VideoKVNode
+
+
+def wants_lifecycle() -> bool:
+    """The ``lifecycle`` parameter (command line or params file), read before the node is made.
+
+    A short-lived node of the same name reads it, so remapping and params files apply
+    as to the real node; it has no parameter services and no rosout.
+    """
+    probe = Node(NODE_NAME, start_parameter_services=False, enable_rosout=False)
+    try:
+        return bool(probe.declare_parameter("lifecycle", False).value)
+    except ParameterException as exc:
+        raise ConfigError(str(exc)) from exc
+    finally:
+        probe.destroy_node()
+
+
+def make_node() -> Node:
+    """The plain node, or the lifecycle node (unconfigured) when the ``lifecycle`` parameter is true."""
+    if wants_lifecycle():
+        return VideoKVLifecycleNode()
+    return VideoKVNode()
+
+
+def main(args=None) -> int:
+    """Spin the node on a MultiThreadedExecutor until Ctrl-C or shutdown; 1 if it cannot start."""
+    rclpy.init(args=args)
+    node = None
+    code = 0
+    try:
+        node = make_node()
+        # The lifecycle node may be unconfigured: the parameter is declared, its settings not yet read.
+        executor = MultiThreadedExecutor(num_threads=4 + node.get_parameter("max_pending_questions").value)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except (ConfigError, ModelLoadError) as exc:
+        rclpy.logging.get_logger(NODE_NAME).fatal(f"cannot start: {exc}")
+        code = 1
+    finally:
+        # A second Ctrl-C must not interrupt the cleanup half-way (the worker join is bounded).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""What an active node publishes about itself: ``~/memory_stats`` and ``/diagnostics``, each on its timer.
+
+Both are stamped with the node clock (so they follow ``use_sim_time``) and read the node's
+engine, worker, counters, periodic snapshotter, poses and long-replay archive at each tick;
+a tick that fires just before a deactivation publishes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from videokv_interfaces.msg import MemoryStats
+
+from videokv_node.ros import conversions
+from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
+
+
+class Counters:
+    """The node's counters of frames and questions, for ``~/memory_stats`` and ``/diagnostics``; thread-safe."""
+
+    KEYS = ("received", "sampled", "dropped", "answered", "failed")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(self.KEYS, 0)
+
+    def add(self, key: str) -> None:
+        """One more ``key`` (one of KEYS)."""
+        with self._lock:
+            self._counts[key] += 1
+
+    def read(self) -> dict[str, int]:
+        """A copy of all the counts, taken at once."""
+        with self._lock:
+            return dict(self._counts)
+
+    def reset(self) -> None:
+        """Every count back to zero (a new configuration)."""
+        with self._lock:
+            self._counts = dict.fromkeys(self.KEYS, 0)
+
+
+class StatusPublishers:
+    """The ``~/memory_stats`` publisher and the ``/diagnostics`` publisher of an active node, with their timers."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+        s = node.settings.node
+        self._stats_pub = node.create_publisher(MemoryStats, "~/memory_stats", 10)
+        self._stats_timer = node.create_timer(s.stats_period_s, self.stats_callback,
+                                              callback_group=MutuallyExclusiveCallbackGroup())
+        self._diagnostics = DiagnosticsPublisher(node)
+        self._diagnostics_timer = node.create_timer(s.diagnostics_period_s, self.diagnostics_callback,
+                                                    callback_group=MutuallyExclusiveCallbackGroup())
+
+    def destroy(self) -> None:
+        """Remove the timers and publishers (the node is deactivated); the health history goes with this object."""
+        node = self._node
+        node.destroy_timer(self._diagnostics_timer)
+        self._diagnostics.destroy()
+        node.destroy_timer(self._stats_timer)
+        node.destroy_publisher(self._stats_pub)
+
+    def frame_received(self, camera: str) -> None:
+        """A frame arrived on ``camera`` (for the per-camera rate and silence of /diagnostics)."""
+        self._diagnostics.frame_received(camera)
+
+    def set_config(self, old, new) -> None:
+        """New NodeSettings (run-time parameters): thresholds from the next report, the period from the next tick."""
+        self._diagnostics.monitor.set_config(health_config(new))
+        if new.diagnostics_period_s != old.diagnostics_period_s:
+            self._diagnostics_timer.timer_period_ns = int(new.diagnostics_period_s * 1e9)
+
+    def stats_callback(self) -> None:
+        """Publish ~/memory_stats (node clock, so it follows use_sim_time)."""
+        node = self._node
+        engine, worker = node.engine, node.worker
+        if engine is None or worker is None:  # fired just before a deactivation
+            return
+        msg = MemoryStats()
+        msg.header.stamp = node.get_clock().now().to_msg()
+        counters = node.counters.read()
+        conversions.fill_stats(msg, engine.stats(), counters, worker.queue_depth, node.settings.node.model,
+                               str(engine.adapter.device), vision_backend=engine.adapter.vision_backend.name)
+        snapshots, long_replay = node.snapshotter, node.long_replay
+        if snapshots is not None:
+            status = snapshots.status(node.get_clock().now().nanoseconds)
+            msg.last_snapshot_stamp = conversions.ns_to_time(status.last_good_ns)
+            msg.snapshots_failed = status.failed
+        msg.spava_archive_bytes = long_replay.archive.bytes if long_replay is not None else 0
+        self._stats_pub.publish(msg)
+
+    def diagnostics_callback(self) -> None:
+        """Publish /diagnostics: per-camera rate and silence, ingest, memory fill, model."""
+        node = self._node
+        engine, worker = node.engine, node.worker
+        if node.status is None or engine is None or worker is None:  # fired just before a deactivation
+            return
+        self._diagnostics.publish(node.counters.read(), engine, worker, snapshots=node.snapshotter, poses=node.poses)
