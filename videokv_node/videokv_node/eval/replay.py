@@ -2,7 +2,8 @@
 
 The stream is encoded once, frame by frame, as on the robot: a question asked at
 ``end_time`` sees every frame recorded up to that bag time and none after it, and
-nothing is ever re-encoded for a question. Two targets receive the same stream:
+nothing is ever re-encoded for a question. Two targets (``eval/target.py``'s ``BagTarget``)
+receive the same stream:
 
 - ``EngineTarget`` (``--via engine``): the engine in-process, frames decoded and
   sampled exactly as the node does (the node's decoders, ``FrameSampler`` on header
@@ -18,7 +19,6 @@ target has encoded every frame it admitted so far (``settle``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
@@ -28,6 +28,7 @@ from videokv_node.eval.grounding import in_span, span_recall, spans_ns
 from videokv_node.eval.recall import needle_recall
 from videokv_node.eval.results import QuestionResult, ResultWriter
 from videokv_node.eval.settings import EngineSettings
+from videokv_node.eval.target import AskRefused, BagTarget, EvalTarget, MemoryState, ReplayCounts, Reply
 from videokv_node.ingest.image_decode import ImageDecodeError
 from videokv_node.ingest.sampler import NS_PER_S, FrameSampler, SampleDecision
 from videokv_node.memory.config import OPTION_SCORINGS
@@ -37,53 +38,12 @@ from videokv_node.memory.question import Frame, Question, RequestError
 END_SLACK_S = 1e-6
 
 
-class AskRefused(RuntimeError):
-    """The target refused a question (the engine's RequestError, the node's success=false); the reason is the message."""
-
-
-@dataclass(slots=True)
-class Reply:
-    """A target's answer, in the same form for both paths."""
-
-    prediction: str
-    option_index: int
-    evidence_ns: list[int]
-    ttft_s: float
-    total_s: float
-    method: str  # "likelihood", "letter" or "cloze" for multiple choice, "" for open questions
-    layer_evidence_ns: list[list[int]] | None = None  # per layer, the frames it attended to; None where unseen (ROS)
-
-
-@dataclass(slots=True)
-class MemoryState:
-    frames_in_memory: int
-    tokens_resident: int
-    bytes_resident: int
-    bytes_offloaded: int
-    encode_ms_total: float
-
-
-@dataclass(slots=True)
-class ReplayCounts:
-    """What happened to the bag's messages (the same counts on both paths)."""
-
-    messages: int = 0
-    admitted: int = 0  # sampled into memory
-    skipped: int = 0  # not sampled (too soon after the previous frame of the camera)
-    dropped: int = 0  # undecodable or stale, as the node would drop them
-    drop_reasons: dict[str, int] = field(default_factory=dict)
-
-    def drop(self, reason: str) -> None:
-        self.dropped += 1
-        self.drop_reasons[reason] = self.drop_reasons.get(reason, 0) + 1
-
-
 class Admission:
     """The node's front end without ROS: decode first, then sample by header stamp.
 
     A malformed frame is dropped before sampling and never takes a sample slot, an
     unstamped one (stamp 0) is stamped with its bag time (what the node does with
-    ``use_sim_time`` during a replay), exactly as ``VideoKVNode.image_callback``.
+    ``use_sim_time`` during a replay), exactly as the node's ``CameraIntake.image_callback``.
     """
 
     def __init__(self, sampler: FrameSampler, counts: ReplayCounts) -> None:
@@ -109,9 +69,10 @@ class Admission:
 
 
 class EngineTarget:
-    """The engine in-process, fed like the node's model worker feeds it."""
+    """A ``BagTarget`` (eval/target.py): the engine in-process, fed like the node's model worker feeds it."""
 
     via = "engine"
+    counts: ReplayCounts
 
     def __init__(self, settings: EngineSettings, option_scoring: str | None = None) -> None:
         import torch
@@ -216,7 +177,7 @@ class Pacer:
         self._wall, self._stream = time.monotonic(), stream_s
 
 
-def _ask(target, video_id: str, q: EvalQuestion, writer: ResultWriter, origin_ns: int = 0) -> None:
+def _ask(target: EvalTarget, video_id: str, q: EvalQuestion, writer: ResultWriter, origin_ns: int = 0) -> None:
     """Ask ``q`` and write its row; ``origin_ns`` is the stamp of stream time 0 (the needle stamps' origin)."""
     target.settle()  # every frame admitted before the question is in memory
     state = target.memory()
@@ -251,7 +212,7 @@ def _normalise(text: str) -> str:
     return " ".join("".join(ch for ch in text.casefold() if ch.isalnum() or ch.isspace()).split())
 
 
-def replay(bag: ImageBag, video: VideoQuestions, target, writer: ResultWriter, rate: float = 0.0,
+def replay(bag: ImageBag, video: VideoQuestions, target: BagTarget, writer: ResultWriter, rate: float = 0.0,
            progress: bool = True) -> dict:
     """Stream ``bag`` into ``target``, asking ``video``'s questions at their end_time; rows go to ``writer``.
 

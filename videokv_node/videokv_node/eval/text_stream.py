@@ -26,33 +26,32 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from videokv_node.eval.arguments import RUN_ERROR, USAGE_ERROR, memory_arguments, memory_parameters
 from videokv_node.eval.option_scoring import METHODS, choose_option
 from videokv_node.eval.questions import EvalQuestion, QuestionFileError, load_questions, select_video
-from videokv_node.eval.replay import END_SLACK_S, AskRefused, MemoryState, Reply, _ask
+from videokv_node.eval.replay import END_SLACK_S, _ask
 from videokv_node.eval.results import ResultWriter
+from videokv_node.eval.target import AskRefused, MemoryState, Reply
 from videokv_node.eval.text_frames import TextFrameRecord, TextStreamError, load_text_frames
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.question import Question, RequestError
 
-USAGE_ERROR, RUN_ERROR = 2, 1
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The text-stream options (``--text-stream`` itself is added by ``eval/__main__.py``)."""
-    from videokv_node.eval.__main__ import _memory_arguments
-
+    """The text-stream options (``--text-stream`` itself is added by ``eval/cli.py``)."""
     parser.add_argument("--out", type=Path, required=True, help="directory for results.csv, summary.json, plots, report.md")
     parser.add_argument("--video-id", help="entry of the question file (default: the frames file's stem, or the only entry)")
     parser.add_argument("--option-scoring", choices=(*METHODS, "both", "all"), default="both",
                         help="multiple choice: option letter logits, likelihood (mean log-probability per token), "
                              "cloze (summed log-probability), both (letter and likelihood, one row each) or all")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _memory_arguments(parser)
+    memory_arguments(parser)
     parser.set_defaults(model="smollm2")
 
 
 class TextTarget:
-    """The engine in-process over a text LM; answers as ``replay.EngineTarget`` does, for ``replay._ask``."""
+    """The engine in-process over a text LM (an ``EvalTarget[TextFrameRecord]``, eval/target.py); answers as
+    ``replay.EngineTarget`` does, for ``replay._ask``."""
 
     via = "engine"
 
@@ -147,7 +146,6 @@ def evaluate(frames: list[TextFrameRecord], video, target: TextTarget, writer: R
 
 
 def main(args: argparse.Namespace) -> int:
-    from videokv_node.eval.__main__ import memory_parameters
     from videokv_node.eval.settings import engine_settings
 
     frames_path, questions_path = (Path(p) for p in args.text_stream)

@@ -1,4 +1,7 @@
-"""The LongReplay action server, hosted by rank 0 of the Spava job (``spava/server.py``).
+"""``torchrun --nproc-per-node N -m videokv_node.ros.long_replay ...``: the Spava long-replay service.
+
+Every rank runs ``spava/server.py`` (options there: ``--help``); rank 0 hosts the
+LongReplay action server below.
 
 One goal runs at a time (others are rejected while one runs, as llama_ros does):
 the goal's frames are decoded to RGB here, the job goes to every rank through
@@ -9,8 +12,8 @@ reason; the server keeps running. Bag goals: see ``bag_frames`` below.
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable
 
 import rclpy
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -23,9 +26,8 @@ from videokv_interfaces.msg import ReplayAnswer as ReplayAnswerMsg
 
 from videokv_node.ingest.image_decode import ImageDecodeError
 from videokv_node.ros.conversions import image_to_rgb, msg_to_pose, ns_to_time, pose_to_msg, time_to_ns
-from videokv_node.spava.job import Progress, ReplayJob, ReplayOutcome, ReplayQuestion
-
-RunJob = Callable[[ReplayJob, Callable[[Progress], None], Callable[[], bool]], ReplayOutcome]
+from videokv_node.spava import server
+from videokv_node.spava.job import Progress, ReplayJob, ReplayOutcome, ReplayQuestion, RunJob
 
 
 def goal_to_job(goal) -> ReplayJob:
@@ -159,3 +161,12 @@ def serve(run_job: RunJob, world: int, max_frames: int, action: str) -> None:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One rank of the service (under torchrun): spava/server.py with this module's ``serve`` on rank 0."""
+    return server.main(argv, serve=serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

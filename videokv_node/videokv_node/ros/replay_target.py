@@ -1,7 +1,8 @@
 """``--via ros``: the node as its own process, the bag's messages republished to it over DDS.
 
-It lives with the ROS adapter, not in ``eval/`` (which never imports rclpy); the
-evaluation CLI imports it only for ``--via ros``. The recorded CDR bytes are
+It lives with the ROS adapter, not in ``eval/`` (which never imports rclpy):
+``ros/evaluate.py`` adds it to the evaluation CLI as ``--via ros``; it is a
+``BagTarget`` (``eval/target.py``), like ``--via engine``. The recorded CDR bytes are
 published unchanged (an unstamped frame gets its bag time as stamp, which is what
 the node would give it under ``use_sim_time``), ``/clock`` follows the bag time, and
 questions go through the node's ``~/ask`` service.
@@ -24,9 +25,10 @@ import time
 
 from videokv_node.eval.bag_io import BagImage
 from videokv_node.eval.questions import EvalQuestion
-from videokv_node.eval.replay import Admission, AskRefused, MemoryState, ReplayCounts, Reply
+from videokv_node.eval.replay import Admission
 from videokv_node.eval.results import ResultWriter
 from videokv_node.eval.settings import EngineSettings
+from videokv_node.eval.target import AskRefused, MemoryState, ReplayCounts, Reply
 from videokv_node.ingest.sampler import NS_PER_S, FrameSampler
 
 NODE_NAME = "videokv_eval"
@@ -43,9 +45,10 @@ REPLAY_PARAMS = {
 
 
 class RosTarget:
-    """Starts the node (``ros/launcher.py``), publishes frames, asks through ``ros/client.py``."""
+    """A ``BagTarget``: starts the node (``ros/launcher.py``), publishes frames, asks through ``ros/client.py``."""
 
     via = "ros"
+    counts: ReplayCounts
 
     def __init__(self, settings: EngineSettings, params: dict, topics: list[str], compressed: set[str],
                  context=None, env: dict | None = None, settle_timeout_s: float = 600.0, log_path=None) -> None:

@@ -7,6 +7,7 @@ picklable dataclasses). ``ReplayOutcome`` carries what the action's result repor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,3 +103,10 @@ class Progress:
     questions_total: int
     prefill_progress: float  # share of the current question's decoder layers done
     eta_s: float  # seconds to the result; -1 while unknown
+
+
+# Rank 0's way to run a job on every rank (spava/server.py's Dispatcher): (job, progress, cancelled) -> outcome.
+RunJob = Callable[[ReplayJob, Callable[[Progress], None], Callable[[], bool]], ReplayOutcome]
+# What hosts the service on rank 0 (ros/long_replay.py's serve): (run_job, world, max_frames, action name);
+# returns when the host stops (shutdown, or the job group broke).
+ServeJobs = Callable[[RunJob, int, int, str], None]

@@ -1,8 +1,8 @@
-"""``torchrun --nproc-per-node N -m videokv_node.spava.server ...``: the long-replay service.
+"""The long-replay service's ranks: ``torchrun --nproc-per-node N -m videokv_node.ros.long_replay ...``.
 
-Rank 0 hosts the ROS 2 action (``videokv_node.ros.long_replay``, imported only
-there and only inside ``main``, so this package never imports rclpy); every
-other rank waits for jobs, which rank 0 sends with ``broadcast_object_list`` on a
+The command lives with the ROS adapter (``ros/long_replay.py``), which hands this
+module's ``main`` the host of rank 0: the ROS 2 action (``serve``, a ``spava.job.ServeJobs``),
+so this package never imports ROS. Every other rank waits for jobs, which rank 0 sends with ``broadcast_object_list`` on a
 control group (gloo, a long timeout: the service may idle for hours) and then
 all ranks run in lockstep on the job group (NCCL on GPUs, gloo on CPU, with
 ``timeout_s`` so a dead or hung rank fails the job quickly).
@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from videokv_node.models.factory import load_adapter
 from videokv_node.spava.config import SpavaConfig
-from videokv_node.spava.job import ReplayJob, ReplayOutcome
+from videokv_node.spava.job import ReplayJob, ReplayOutcome, ServeJobs
 from videokv_node.spava.worker import JobCancelled, ReplayWorker
 
 CONTROL_TIMEOUT = timedelta(days=7)
@@ -39,7 +39,8 @@ EXIT_BROKEN_GROUP = 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="torchrun ... -m videokv_node.ros.long_replay",
+                                description="The Spava long-replay service (the LongReplay action on rank 0).")
     p.add_argument("--model", default="tiny", help="'tiny' or a local LLaVA-OneVision checkpoint directory (1-D RoPE decoders)")
     p.add_argument("--device", default="auto", help="auto: cuda:LOCAL_RANK if CUDA is available, else cpu")
     p.add_argument("--dtype", default="auto")
@@ -116,7 +117,10 @@ def serve_worker(worker: ReplayWorker, control) -> None:
             continue
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, serve: ServeJobs | None = None) -> int:
+    """Run this rank: rank 0 hosts the service with ``serve`` until it returns, the others run jobs; the exit status."""
+    if serve is None:
+        raise ValueError("rank 0 needs a host for the service: run torchrun ... -m videokv_node.ros.long_replay")
     args = parse_args(argv)
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
@@ -140,15 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BROKEN_GROUP
         dist.destroy_process_group()
         return 0
-    from videokv_node.ros.long_replay import serve  # rank 0 only: the ROS side
-
     dispatcher = Dispatcher(worker, control)
     serve(dispatcher, world=worker.world, max_frames=args.max_frames, action=args.action)
     if not dispatcher.stop():
         return EXIT_BROKEN_GROUP
     dist.destroy_process_group()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
