@@ -1,4 +1,5 @@
-"""The evaluation package imports without ROS: its `--via ros` side lives in videokv_node.ros.replay_target.
+"""The evaluation package imports without ROS: its `--via ros` side lives in videokv_node.ros.replay_target
+(the command: videokv_node.ros.evaluate).
 
 The same guarded fresh interpreter as test_library_has_no_ros.py, walking videokv_node.eval.
 """
@@ -22,5 +23,6 @@ def test_eval_imports_without_ros():
     assert result.returncode == 0, result.stderr
     imported = set(result.stdout.split())
     for expected in ("videokv_node.eval.replay", "videokv_node.eval.bag_io",
-                     "videokv_node.eval.results", "videokv_node.eval.make_bag", "videokv_node.eval.__main__"):
+                     "videokv_node.eval.results", "videokv_node.eval.make_bag", "videokv_node.eval.__main__",
+                     "videokv_node.eval.cli", "videokv_node.eval.arguments", "videokv_node.eval.target"):
         assert expected in imported

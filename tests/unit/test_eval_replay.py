@@ -139,7 +139,10 @@ def test_cli_writes_everything_and_refuses_bad_inputs(tmp_path, capsys):
     assert "no video_id 'missing'" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "o4"), "--param", "memory.nonsense=1"]) == 2
     assert "unknown parameter(s) memory.nonsense" in capsys.readouterr().err
-    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+    # eval never imports ROS: --via ros is the ROS adapter's command (ros/evaluate.py), named in the refusal.
+    assert main(args + ["--out", str(tmp_path / "o5"), "--via", "ros"]) == 2
+    assert "use python -m videokv_node.ros.evaluate (the same arguments)" in capsys.readouterr().err
+    assert not any((tmp_path / o).exists() for o in ("o2", "o3", "o5"))
 
 
 def test_cli_unknown_video_id_when_the_bag_name_matches_nothing(tmp_path, capsys):

@@ -4,6 +4,8 @@
 topics (``bag_io``) in bag time, through the engine in-process or through the node's
 ROS API (``replay``), asks each question of an annotation file (``questions``) at its
 ``end_time``, and writes results incrementally (``results``). ``make_bag`` converts
-videos and StreamingBench files into these inputs. Nothing here imports rclpy at
-import time: only the ``--via ros`` path does, when it runs.
+videos and StreamingBench files into these inputs. The targets share one protocol
+(``target``); the command line is ``cli`` (its shared options in ``arguments``).
+Nothing here imports ROS: ``--via ros`` is the ROS adapter's command,
+``python -m videokv_node.ros.evaluate`` (``ros/evaluate.py``, ``ros/replay_target.py``).
 """
