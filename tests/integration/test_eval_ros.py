@@ -87,3 +87,32 @@ def test_ros_replay_gives_the_engine_replays_answers(ros, tmp_path):
         assert [getattr(e, f) for f in fields] == [getattr(r, f) for f in fields]
     assert START + 2 * NS in engine_rows.rows[1].evidence_stamps  # the unstamped frame, in the recent window at 2.0 s
     assert max(engine_rows.rows[0].evidence_stamps) <= START + int(0.9 * NS)
+
+
+def test_the_ros_command_is_the_eval_cli_with_via_ros(tmp_path, monkeypatch, capsys):
+    """``python -m videokv_node.ros.evaluate``: the eval CLI's checks, and --via ros builds the node's target from the bag."""
+    import json
+
+    from videokv_node.ros import evaluate
+
+    write_bag(tmp_path / "bag")
+    qfile = tmp_path / "q.json"
+    qfile.write_text(json.dumps([{"video_id": "bag", "conversations": [{"question": "c?", "choices": COLOURS,
+                                                                         "answer": "A", "end_time": 1}]}]))
+    args = [str(tmp_path / "bag"), str(qfile), "--model", "tiny", "--torch-threads", "1", "--no-progress", "--via", "ros"]
+    assert evaluate.main(args + ["--out", str(tmp_path / "o1"), "--option-scoring", "cloze"]) == 2
+    assert "--option-scoring cloze needs --via engine" in capsys.readouterr().err
+
+    made = {}
+
+    class NoNode:  # stands in for RosTarget: records what the command gives it, starts nothing
+        def __init__(self, settings, params, topics, compressed, log_path=None):
+            made.update(topics=topics, compressed=compressed, log_path=log_path, model=params["model"])
+            raise RuntimeError("no node in this test")
+
+    monkeypatch.setattr(evaluate, "RosTarget", NoNode)
+    assert evaluate.main(args + ["--out", str(tmp_path / "o2")]) == 1  # a run that failed: summarised, status 1
+    assert made == {"topics": ["/cam_a", "/cam_b/compressed"], "compressed": {"/cam_b/compressed"},
+                    "log_path": tmp_path / "o2" / "node.log", "model": "tiny"}
+    summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
+    assert summary["config"]["via"] == "ros" and "no node in this test" in summary["run_error"]
