@@ -231,7 +231,7 @@ def main(argv=None) -> int:
     print(f"videokv demo: model {args.model!r}, policy {args.policy}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}")
     if story:
         print(
-            "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see README): it sees\n"
+            "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see docs/MODELS.md): it sees\n"
             "      for real, on scenes like those it was trained on (held-out accuracy in docs/BENCHMARKS.md).\n"
             "      make demo MODEL=tiny runs the random-weight model instead (fast, answers meaningless)."
         )
