@@ -1,4 +1,4 @@
-"""Real photos in videokv-tiny's training data (tiny_vlm_scenes.PHOTOS): crops, questions, no cell words."""
+"""Real photos in videokv-tiny's training data (tinyvlm.scenes.PHOTOS): crops, questions, no cell words."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch
 from transformers import LlamaForCausalLM
 
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.tiny_vlm_scenes import (
+from videokv_node.tinyvlm.scenes import (
     PHOTO_BY_FILE, PHOTOS, Scene, SceneSampler, caption, cell_words, normalise_answer, photo_dir, render,
 )
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, cell_targets
+from videokv_node.tinyvlm.train import ProjectorTrainer, build_examples, cell_targets
 from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 

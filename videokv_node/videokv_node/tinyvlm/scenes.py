@@ -90,7 +90,7 @@ class Shape:
     colour: str  # a key of COLOURS
     shape: str  # one of SHAPES
     column: str  # a key of COLUMNS; for a free shape, the third of the frame that holds its centre
-    # A free shape (tiny_vlm_variety): centre and side in px. None: a column shape, its size and place
+    # A free shape (tinyvlm.variety): centre and side in px. None: a column shape, its size and place
     # jittered from the scene's seed as in the first renderer.
     x: int | None = None
     y: int | None = None
@@ -110,7 +110,7 @@ class Scene:
     digit: str | None = None
     seed: int = 0  # draws the jitter: size, exact position, background tint; for a photo its crop and flip
     photo: str | None = None  # a file of PHOTOS: the frame is a random crop of it, nothing is drawn
-    look: "Look | None" = None  # tiny_vlm_variety: background, lighting, blur; None: the first renderer's light backdrop
+    look: "Look | None" = None  # tinyvlm.variety: background, lighting, blur; None: the first renderer's light backdrop
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +121,7 @@ class Example:
     question: str
     answer: str  # with options: the right option's letter ("B")
     kind: str  # which family of question, for per-kind accuracy
-    options: tuple[str, ...] = ()  # multiple choice in the node's letter format (tiny_vlm_variety.with_letter_options)
+    options: tuple[str, ...] = ()  # multiple choice in the node's letter format (tinyvlm.variety.with_letter_options)
 
 
 def _font(size: int):
@@ -147,7 +147,7 @@ def render(scene: Scene) -> np.ndarray:
         bg = tuple(int(v) for v in 235 + rng.integers(-15, 16, 3))
         img = Image.new("RGB", (SIZE, SIZE), bg)
     else:
-        from videokv_node.models.tiny_vlm_variety import background
+        from videokv_node.tinyvlm.variety import background
 
         img = Image.fromarray(np.clip(np.rint(background(scene.look.background, rng)), 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(img)
@@ -171,7 +171,7 @@ def render(scene: Scene) -> np.ndarray:
         x, y = 112 + int(rng.integers(-25, 26)), 112 + int(rng.integers(-25, 26))
         draw.text((x, y), scene.digit, fill=ink, font=_font(size), anchor="mm")
     if scene.look is not None:
-        from videokv_node.models.tiny_vlm_variety import film
+        from videokv_node.tinyvlm.variety import film
 
         return film(img, scene.look, rng)
     return np.asarray(img).copy()
@@ -193,7 +193,7 @@ def cell_words(scene: Scene) -> list[str] | None:
     """What each of the projector's 6 tokens (2 per column, column by column) is aligned to in training:
     per column its colour then its shape ('nothing nothing' where the column is empty), so a frame
     reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle.
-    None for a photo, and for free shapes (tiny_vlm_variety), which may span columns: those have no names
+    None for a photo, and for free shapes (tinyvlm.variety), which may span columns: those have no names
     of that kind, so only the answer loss trains on them."""
     if scene.photo is not None or any(s.x is not None for s in scene.shapes):
         return None  # a free shape may span columns: no column word is right for it

@@ -1,6 +1,6 @@
 """What a camera shows that the column scenes do not, for videokv-tiny v3: and which of it is held out.
 
-The column scenes of ``tiny_vlm_scenes`` (shapes of 40-60 px in three fixed columns on a light
+The column scenes of ``tinyvlm.scenes`` (shapes of 40-60 px in three fixed columns on a light
 background, one phrasing per question) taught a model that answered its own renders well and
 plainly coloured discs drawn by another renderer badly (issue 14). Here a scene's shapes have
 any size, from about 1% of the frame's area to most of it, at free positions (several per
@@ -8,7 +8,7 @@ frame, never overlapping), on varied backgrounds, under varied lighting and blur
 in many phrasings; and multiple-choice questions in the node's letter format (``with_letter_options``).
 
 Held out, never drawn by ``VariedSampler(held_out=False)`` (training) and always by
-``VariedSampler(held_out=True)`` (the evaluation, ``eval_tiny_vlm.generalisation_examples``):
+``VariedSampler(held_out=True)`` (the evaluation, ``tinyvlm.evaluate.generalisation_examples``):
 - sizes: shapes whose side is ``HELD_OUT_SIZES`` of the frame (a band inside the training range);
 - backgrounds: ``HELD_OUT_BACKGROUNDS`` (radial gradients, checkerboards, low-frequency blobs, and
   crops of scikit-image photos that training never shows, ``HELD_OUT_PHOTOS``);
@@ -30,7 +30,7 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from videokv_node.models.chat_adapter import OPTION_LETTERS
-from videokv_node.models.tiny_vlm_scenes import COLOURS, COUNT_WORDS, PHOTOS, SHAPES, SIZE, Example, Scene, Shape, photo_dir
+from videokv_node.tinyvlm.scenes import COLOURS, COUNT_WORDS, PHOTOS, SHAPES, SIZE, Example, Scene, Shape, photo_dir
 
 # --- sizes: a shape's side (circle's diameter, triangle's base) as a fraction of the frame's side ---------
 SIZE_RANGE = (0.10, 0.85)  # about 1% of the frame's area (a small circle) up to 72% (a large square)

@@ -1,11 +1,11 @@
-"""Train the projector of ``videokv-tiny``: ``python -m videokv_node.models.train_tiny_vlm``.
+"""Train the projector of ``videokv-tiny``: ``python -m videokv_node.tinyvlm.train``.
 
 The LLaVA recipe on rendered scenes and real photos: EfficientNet-Lite0 and SmolLM2's own
 weights stay frozen; the projector learns, and in stage 2 rank-8 LoRA adapters on the
 decoder's q_proj and v_proj (``models/lora.py``; ``--lora-rank 0`` for none), merged into
 the weights at load. Two stages: (1) the projector's tokens are aligned with the decoder's
 embeddings of the words naming what each column shows, (2) the next-token loss of the
-answers to questions about rendered scenes (``models/tiny_vlm_scenes.py``), single frames
+answers to questions about rendered scenes (``tinyvlm/scenes.py``), single frames
 and streams of 2 to ``--max-stream`` frames, and about crops of real photos, with stage 1's
 loss kept as a leash on the rendered frames (``--align-weight``). Stage 2 also lays
 examples out as the memory engine does, so the model reads a memory's cache as it reads a
@@ -46,7 +46,7 @@ from transformers.cache_utils import DynamicCache
 from videokv_node.models.chat_adapter import OPTION_LETTERS, SYSTEM_PROMPT
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0, normalise
 from videokv_node.models.lora import DecoderLoRA
-from videokv_node.models.tiny_vlm_scenes import Example, Scene, SceneSampler, cell_words, render
+from videokv_node.tinyvlm.scenes import Example, Scene, SceneSampler, cell_words, render
 from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
 
 
@@ -55,13 +55,13 @@ def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream
     """The data set: ``n_frame`` single-frame questions then ``n_stream`` stream questions of 2 to
     ``max_stream`` frames, about column scenes from a pool of about ``pool``, then ``n_photo`` questions about
     ``photo_crops`` crops of each real photo, then ``n_varied`` questions about free-shape scenes on varied
-    backgrounds (``tiny_vlm_variety.VariedSampler``, a pool of about ``varied_pool``; never a held-out size,
+    backgrounds (``tinyvlm.variety.VariedSampler``, a pool of about ``varied_pool``; never a held-out size,
     background or wording), shuffled by ``seed``.
 
     ``letter_share``: that share of the column, stream and varied questions whose kind has a fixed answer set
     (``OPTION_VALUES``) is asked as multiple choice in the node's letter format (``with_letter_options``), drawn
     by a generator of its own so the questions themselves are those of ``letter_share`` 0."""
-    from videokv_node.models.tiny_vlm_variety import OPTION_VALUES, VariedSampler, with_letter_options
+    from videokv_node.tinyvlm.variety import OPTION_VALUES, VariedSampler, with_letter_options
 
     sampler = SceneSampler(seed, pool=pool, photo_crops=photo_crops)
     examples = [sampler.frame_question() for _ in range(n_frame)]
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--photo-examples", type=int, default=1500, help="questions about crops of real photos (PHOTOS)")
     p.add_argument("--photo-crops", type=int, default=24, help="distinct random crops of each photo")
     p.add_argument("--varied-examples", type=int, default=0,
-                   help="questions about free shapes on varied backgrounds (tiny_vlm_variety.VariedSampler); v3: 8000")
+                   help="questions about free shapes on varied backgrounds (tinyvlm.variety.VariedSampler); v3: 8000")
     p.add_argument("--varied-pool", type=int, default=2400, help="about this many distinct varied scenes")
     p.add_argument("--letter-share", type=float, default=0.0,
                    help="share of questions with a fixed answer set asked as letter multiple choice; v3: 0.3")
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--features-only", action="store_true", help="stop after the feature cache is written")
     args = p.parse_args(argv)
 
-    from videokv_node.models.eval_tiny_vlm import (
+    from videokv_node.tinyvlm.evaluate import (
         CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, held_out_photo_examples, right_answers,
     )
     from videokv_node.models.smollm2 import load_smollm2
@@ -511,17 +511,17 @@ def main(argv: list[str] | None = None) -> None:
         "lora": lora.config() if lora is not None else None,
         "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
         "data": {
-            "recipe": "videokv_node/models/tiny_vlm_scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
+            "recipe": "videokv_node/tinyvlm/scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
                       "in 3 columns, counts 1-3, printed digits 0-9), single-frame questions (colour, shape, position, "
                       "count, digit, caption) and streams of 2 to max_stream frames (first/last colour, what came "
                       "before/after, motion), scenes picked from a pool",
             "seed": args.seed, "frame_examples": args.frame_examples, "stream_examples": args.stream_examples,
             "pool": args.pool, "max_stream": args.max_stream,
             "photo_examples": args.photo_examples, "photo_crops": args.photo_crops,
-            "photos": "scikit-image's photos (tiny_vlm_scenes.PHOTOS): random square crops of 60-100% of the shorter "
+            "photos": "scikit-image's photos (tinyvlm.scenes.PHOTOS): random square crops of 60-100% of the shorter "
                       "side, flipped half the time; asked what they show, people counts, colours",
             "varied_examples": args.varied_examples, "varied_pool": args.varied_pool if args.varied_examples else None,
-            "varied": "tiny_vlm_variety.VariedSampler: 1-3 free shapes of sides 10-85% of the frame (less the held-out "
+            "varied": "tinyvlm.variety.VariedSampler: 1-3 free shapes of sides 10-85% of the frame (less the held-out "
                       "band HELD_OUT_SIZES), never overlapping, on BACKGROUNDS (flat, gradient, noise, stripes, photo crops) "
                       "under drawn gain, colour cast, blur and sensor noise; colour/shape/position/count in WORDINGS",
             "letter_share": args.letter_share,
