@@ -9,9 +9,12 @@ from transformers import LlamaForCausalLM
 
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 from videokv_node.tinyvlm.scenes import (
-    PHOTO_BY_FILE, PHOTOS, Scene, SceneSampler, caption, cell_words, normalise_answer, photo_dir, render,
+    PHOTO_BY_FILE, PHOTOS, Scene, SceneSampler, caption, cell_words, normalise_answer, photo_dir,
 )
-from videokv_node.tinyvlm.train import ProjectorTrainer, build_examples, cell_targets
+from videokv_node.tinyvlm.align import cell_targets
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.trainer import ProjectorTrainer
 from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 

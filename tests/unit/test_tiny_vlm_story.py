@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from videokv_node.ingest.sampler import FrameSampler, SamplerConfig, SampleDecision
-from videokv_node.tinyvlm.scenes import render
+from videokv_node.tinyvlm.render import render
 from videokv_node.tinyvlm.story import STORY, Story
 
 START = 1_700_000_000 * 10**9

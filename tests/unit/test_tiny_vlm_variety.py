@@ -12,21 +12,19 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from videokv_node.tinyvlm.evaluate import (
-    DISC_COLOURS, HELD_OUT_BACKGROUNDS, HELD_OUT_PHOTOS, HELD_OUT_SIZES, HELD_OUT_WORDINGS, KINDS, disc_frames,
-    generalisation_examples,
-)
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.tinyvlm.scenes import (
-    COLOURS, COUNT_WORDS, PHOTOS, SIZE, Scene, SceneSampler, Shape, cell_words, photo_dir, render,
-)
+from videokv_node.models.videokv_tiny import Projector, VideoKVTinyAdapter, tiny_llama_config
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.generalisation import DISC_COLOURS, disc_frames, generalisation_examples
+from videokv_node.tinyvlm.looks import BACKGROUNDS, HELD_OUT_BACKGROUNDS, HELD_OUT_PHOTOS, Look, background
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.scenes import COLOURS, COUNT_WORDS, PHOTOS, SIZE, Scene, SceneSampler, Shape, cell_words, photo_dir
 from videokv_node.tinyvlm.story import STORY
+from videokv_node.tinyvlm.trainer import ProjectorTrainer
 from videokv_node.tinyvlm.variety import (
-    BACKGROUNDS, OPTION_VALUES, SIZE_RANGE, WORDINGS, Look, VariedSampler, background, fill_template,
+    HELD_OUT_SIZES, HELD_OUT_WORDINGS, KINDS, OPTION_VALUES, SIZE_RANGE, WORDINGS, VariedSampler, fill_template,
     with_letter_options,
 )
-from videokv_node.tinyvlm.train import ProjectorTrainer, build_examples
-from videokv_node.models.videokv_tiny import Projector, VideoKVTinyAdapter, tiny_llama_config
 
 
 def photos_installed() -> bool:
@@ -242,7 +240,7 @@ def test_disc_frames_show_one_plain_disc_moving():
 
 
 def test_the_generalisation_report_shows_both_models_per_set_and_kind():
-    from videokv_node.tinyvlm.evaluate import generalisation_report
+    from videokv_node.tinyvlm.report import generalisation_report
 
     def results(model, acc):
         per = {k: {"examples": 3, "open": acc, "likelihood": acc, "letter": acc / 2} for k in KINDS}

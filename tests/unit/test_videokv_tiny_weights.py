@@ -12,7 +12,7 @@ import pytest
 
 from videokv_node.models import load_adapter
 from videokv_node.models.efficientnet_lite import efficientnet_available
-from videokv_node.tinyvlm.evaluate import CHECK_EXAMPLES, held_out_examples, right_answers
+from videokv_node.tinyvlm.heldout import CHECK_EXAMPLES, held_out_examples, right_answers
 from videokv_node.models.smollm2 import smollm2_available
 from videokv_node.models.videokv_tiny import MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR
 

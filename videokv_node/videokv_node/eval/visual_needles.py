@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from videokv_node.eval.needles import NeedleQuestion
-from videokv_node.tinyvlm.scenes import COLOURS, COLUMNS, DIGITS, SHAPES, Scene, Shape, render
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.scenes import COLOURS, COLUMNS, DIGITS, SHAPES, Scene, Shape
 
 QUESTION_TYPES = ("colour", "shape", "position", "digit")
 
