@@ -1,9 +1,10 @@
 """How the engine answers: questions (open, multiple choice), continuations and locate, from memory.
 
 A mixin of ``VideoMemoryEngine`` (as transformers' ``GenerationMixin`` is of its models): it
-reads the engine's adapter, store, sink, policy and question stage, changes none of them,
-and records what the last question attended to (``last_layer_blocks``, ``last_layer_stamps``,
-``last_logits``) for evaluation and debugging. The flow:
+reads the engine's adapter, store, sink, policy and question stage, leaves what memory holds
+as it was (a question may bring StreamKV's cached open segment up to date, as an ingest
+would), and records what the last question attended to (``last_layer_blocks``,
+``last_layer_stamps``, ``last_logits``) for evaluation and debugging. The flow:
 
     question -> candidates (camera / time filter) -> policy.select
              -> one prefill pass, each layer attending to its own blocks

@@ -72,6 +72,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -109,7 +110,7 @@ class Snapshottable(Protocol):
     def identity(self) -> dict:
         """``{"model": {...}, "policy": name}``: what a saved state must match to be loaded."""
 
-    def state_dict(self, kv_for=None) -> dict:
+    def state_dict(self, kv_for: Callable[[list[dict]], Collection[int]] | None = None) -> dict:
         """The whole memory (``EngineStateMixin.state_dict``); K/V only of the blocks ``kv_for`` names."""
 
     def load_state_dict(self, state: dict) -> None:
