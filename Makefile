@@ -18,7 +18,7 @@
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles (about 15 minutes)
 #
-# On a robot with ROS 2 from apt, see the README instead (colcon build in ros2_ws).
+# On a robot with ROS 2 from apt, see docs/OPERATIONS.md instead (colcon build in ros2_ws).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c

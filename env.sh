@@ -7,7 +7,7 @@
 # ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE are left to the user.
 #
 # On a robot with ROS 2 from apt, do not use this file: `source /opt/ros/jazzy/setup.bash`,
-# build ros2_ws with colcon and `source ros2_ws/install/setup.bash` (see the README).
+# build ros2_ws with colcon and `source ros2_ws/install/setup.bash` (see docs/OPERATIONS.md).
 
 # Not `set -e`/`-u` here: this file runs in the caller's shell.
 if ! (return 0 2>/dev/null); then

@@ -2,7 +2,7 @@
 
 Python dependencies (torch, transformers, ...) are pinned in the repository's
 requirements/ files and installed by scripts/setup_env.sh, not here: on a robot
-they come from the same pinned files (see the README), never from colcon.
+they come from the same pinned files (see docs/OPERATIONS.md), never from colcon.
 """
 from glob import glob
 

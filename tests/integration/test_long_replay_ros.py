@@ -289,7 +289,7 @@ def test_the_service_comes_back_after_a_rank_dies(ros, tmp_path):
     # domain, may still be discovered while it shuts down, and wait_for_server would then
     # return before this job's ranks even exist (seen in CI: no rank among torchrun's children).
     action = ACTION + "_restart"
-    with spava_service(env, max_restarts=3, action=action) as service:  # the README runs 3
+    with spava_service(env, max_restarts=3, action=action) as service:  # docs/SPAVA.md runs 3
         client = ReplayClient(ctx, action=action)
         try:
             assert client.client.wait_for_server(timeout_sec=180), open(env["SPAVA_LOG"]).read()

@@ -11,7 +11,9 @@ from transformers import LlamaForCausalLM
 from tests.unit.helpers import random_features
 from videokv_node.models.lora import DecoderLoRA
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, train
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.train import train
+from videokv_node.tinyvlm.trainer import ProjectorTrainer
 from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 

@@ -14,7 +14,7 @@ from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question,
 from videokv_node.memory.config import POLICIES, QUESTION_STAGES, ConfigError, MuKVConfig
 from videokv_node.models.factory import load_adapter
 
-# The documented model names (README, parameter `model`) that need no files beyond installed wheels.
+# The documented model names (docs/MODELS.md, parameter `model`) that need no files beyond installed wheels.
 MODELS = ("tiny", "tiny-qwen2.5-vl", "videokv-tiny-random", "videokv-tiny")
 
 

@@ -16,12 +16,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "videokv_node" / "videokv_node"
 
 # Layers, lowest first: a module may import its own layer and those below, never above.
-# ros -> runtime / eval / spava -> memory -> ingest / vision / models / tinyvlm -> the ground floor.
+# ros -> runtime / eval / spava / tinyvlm -> memory -> ingest / vision -> models -> the ground floor.
+# tinyvlm (the self-trained model's data, training and evaluation) sits beside eval: its evaluation
+# streams frames into the memory engine and asks it questions.
 LAYERS = {
     "ros": 5,
-    "runtime": 4, "eval": 4, "spava": 4,
+    "runtime": 4, "eval": 4, "spava": 4, "tinyvlm": 4,
     "memory": 3,
-    "ingest": 2, "vision": 2, "tinyvlm": 2,
+    "ingest": 2, "vision": 2,
     "models": 1,
 }
 MAX_LINES = 350

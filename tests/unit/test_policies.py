@@ -12,8 +12,8 @@ import torch
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig
-from videokv_node.memory.policies import POLICY_CLASSES, FullPolicy, ReKVPolicy
-from videokv_node.memory.policy import EncodeJob, QuestionSelection, make_policy, recent_within
+from videokv_node.memory.policies import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
+from videokv_node.memory.policy import EncodeJob, QuestionSelection, recent_within
 from videokv_node.memory.retrieval_cache import top_k_blocks
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 

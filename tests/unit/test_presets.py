@@ -140,7 +140,7 @@ def test_mean_and_token_similarity_split_a_stream_differently():
     assert _segments("mean", small) == [[0], [1]]
 
 def test_streamkv_policy_segments_by_its_configured_similarity(tiny_adapter):
-    from videokv_node.memory.policy import make_policy
+    from videokv_node.memory.policies import make_policy
 
     cfg = preset_memory_config("paper", "streamkv", local_window_tokens=16)
     assert make_policy(cfg, tiny_adapter).segmenter.config.similarity == "mean"

@@ -74,7 +74,8 @@ def memory_of(e: VideoMemoryEngine) -> dict:
          tuple(None if kv is None else (tuple(kv.index.tolist()), tuple(kv.logical.flatten().tolist())) for kv in b.layers))
         for b in e.store.blocks()
     ]
-    meta, tensors = e.policy.state()
+    policy_state = e.policy.state_dict()
+    meta, tensors = policy_state["meta"], policy_state["tensors"]
     return dict(
         blocks=blocks,
         stats=stats(e),
@@ -184,12 +185,24 @@ def test_an_empty_memory_round_trips(tiny_adapter, tmp_path):
     assert memory_of(b) == memory_of(a) and len(b.store) == 0
 
 
-def test_engine_wrappers(tiny_adapter, tmp_path):
+def test_paths_may_be_strings(tiny_adapter, tmp_path):
     a = engine(tiny_adapter, "full")
     feed(a, scene(3))
-    assert a.save(str(tmp_path / "w")).path == tmp_path / "w"
+    assert save_snapshot(a, str(tmp_path / "w")).path == tmp_path / "w"
     b = engine(tiny_adapter, "full")
-    assert b.load(tmp_path / "w").blocks == 3 and b.stats().frames_in_memory == 3  # stats refreshed
+    assert load_snapshot(b, str(tmp_path / "w")).blocks == 3 and b.stats().frames_in_memory == 3  # stats refreshed
+
+
+@pytest.mark.parametrize("policy", sorted(POLICY_CONFIGS))
+def test_the_state_dict_alone_carries_the_memory(tiny_adapter, policy):
+    """``load_state_dict(state_dict())`` without files: what a snapshot carries is the state dict's."""
+    a = engine(tiny_adapter, policy)
+    feed(a, scene(14))
+    b = engine(tiny_adapter, policy)
+    b.load_state_dict(a.state_dict())
+    assert memory_of(b) == memory_of(a)
+    assert_same_kv(a, b)
+    assert answers(b) == answers(a)
 
 
 # --- a smaller memory than the snapshot's ---------------------------------------------------

@@ -1,4 +1,4 @@
-"""Real photos in videokv-tiny's training data (tiny_vlm_scenes.PHOTOS): crops, questions, no cell words."""
+"""Real photos in videokv-tiny's training data (tinyvlm.scenes.PHOTOS): crops, questions, no cell words."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import torch
 from transformers import LlamaForCausalLM
 
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.tiny_vlm_scenes import (
-    PHOTO_BY_FILE, PHOTOS, Scene, SceneSampler, caption, cell_words, normalise_answer, photo_dir, render,
+from videokv_node.tinyvlm.scenes import (
+    PHOTO_BY_FILE, PHOTOS, Scene, SceneSampler, caption, cell_words, normalise_answer, photo_dir,
 )
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, cell_targets
+from videokv_node.tinyvlm.align import cell_targets
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.trainer import ProjectorTrainer
 from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 

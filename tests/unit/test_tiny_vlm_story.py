@@ -1,4 +1,4 @@
-"""videokv-tiny's demo story (``models/tiny_vlm_story.py``): each question's window holds exactly the
+"""videokv-tiny's demo story (``tinyvlm/story.py``): each question's window holds exactly the
 frames of its scenes, and the node's 1 fps sampler takes one frame of every scene."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from videokv_node.ingest.sampler import FrameSampler, SamplerConfig, SampleDecision
-from videokv_node.models.tiny_vlm_scenes import render
-from videokv_node.models.tiny_vlm_story import STORY, Story
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.story import STORY, Story
 
 START = 1_700_000_000 * 10**9
 

@@ -1,4 +1,4 @@
-"""videokv-tiny v3's varied training data (models/tiny_vlm_variety.py) and its held-out evaluation:
+"""videokv-tiny v3's varied training data (tinyvlm/variety.py) and its held-out evaluation:
 sizes, backgrounds, free placement without overlap, wordings, the letter-format multiple choice,
 and that training never draws what the evaluation holds out."""
 
@@ -12,21 +12,19 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from videokv_node.models.eval_tiny_vlm import (
-    DISC_COLOURS, HELD_OUT_BACKGROUNDS, HELD_OUT_PHOTOS, HELD_OUT_SIZES, HELD_OUT_WORDINGS, KINDS, disc_frames,
-    generalisation_examples,
-)
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.tiny_vlm_scenes import (
-    COLOURS, COUNT_WORDS, PHOTOS, SIZE, Scene, SceneSampler, Shape, cell_words, photo_dir, render,
-)
-from videokv_node.models.tiny_vlm_story import STORY
-from videokv_node.models.tiny_vlm_variety import (
-    BACKGROUNDS, OPTION_VALUES, SIZE_RANGE, WORDINGS, Look, VariedSampler, background, fill_template,
+from videokv_node.models.videokv_tiny import Projector, VideoKVTinyAdapter, tiny_llama_config
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.generalisation import DISC_COLOURS, disc_frames, generalisation_examples
+from videokv_node.tinyvlm.looks import BACKGROUNDS, HELD_OUT_BACKGROUNDS, HELD_OUT_PHOTOS, Look, background
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.scenes import COLOURS, COUNT_WORDS, PHOTOS, SIZE, Scene, SceneSampler, Shape, cell_words, photo_dir
+from videokv_node.tinyvlm.story import STORY
+from videokv_node.tinyvlm.trainer import ProjectorTrainer
+from videokv_node.tinyvlm.variety import (
+    HELD_OUT_SIZES, HELD_OUT_WORDINGS, KINDS, OPTION_VALUES, SIZE_RANGE, WORDINGS, VariedSampler, fill_template,
     with_letter_options,
 )
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples
-from videokv_node.models.videokv_tiny import Projector, VideoKVTinyAdapter, tiny_llama_config
 
 
 def photos_installed() -> bool:
@@ -242,7 +240,7 @@ def test_disc_frames_show_one_plain_disc_moving():
 
 
 def test_the_generalisation_report_shows_both_models_per_set_and_kind():
-    from videokv_node.models.eval_tiny_vlm import generalisation_report
+    from videokv_node.tinyvlm.report import generalisation_report
 
     def results(model, acc):
         per = {k: {"examples": 3, "open": acc, "likelihood": acc, "letter": acc / 2} for k in KINDS}

@@ -1,4 +1,4 @@
-"""videokv-tiny's training layouts (``train_tiny_vlm.layout_mask``): one masked forward must compute
+"""videokv-tiny's training layouts (``tinyvlm.trainer.layout_mask``): one masked forward must compute
 exactly what the memory engine computes when it encodes a stream frame by frame in a sliding window
 and then asks a question over some of the frames."""
 
@@ -12,8 +12,9 @@ from transformers.cache_utils import DynamicCache
 
 from tests.unit.helpers import random_features
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.tiny_vlm_scenes import Example
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, layout_mask
+from videokv_node.tinyvlm.scenes import Example
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.trainer import ProjectorTrainer, layout_mask
 from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 

@@ -17,8 +17,11 @@ from videokv_node.memory import Question
 from videokv_node.models import load_adapter
 from videokv_node.models.efficientnet_lite import FEATURE_DIM, MID_FEATURE_DIM
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
-from videokv_node.models.tiny_vlm_scenes import SceneSampler, cell_words
-from videokv_node.models.train_tiny_vlm import ProjectorTrainer, build_examples, cell_targets, train
+from videokv_node.tinyvlm.scenes import SceneSampler, cell_words
+from videokv_node.tinyvlm.align import cell_targets
+from videokv_node.tinyvlm.dataset import build_examples
+from videokv_node.tinyvlm.train import train
+from videokv_node.tinyvlm.trainer import ProjectorTrainer
 from videokv_node.models.videokv_tiny import Projector, grid_pool, tiny_llama_config
 
 
@@ -141,7 +144,7 @@ def test_scene_sampler_is_deterministic():
 
 
 def test_gapped_positions_keep_frames_whole_and_gaps_within_bounds():
-    from videokv_node.models.train_tiny_vlm import gapped_positions
+    from videokv_node.tinyvlm.trainer import gapped_positions
 
     gen = torch.Generator().manual_seed(0)
     assert gapped_positions(5, 2, 3, 4, 0, gen).tolist() == list(range(5, 15))  # no gap: back to back

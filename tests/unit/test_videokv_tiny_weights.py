@@ -12,7 +12,7 @@ import pytest
 
 from videokv_node.models import load_adapter
 from videokv_node.models.efficientnet_lite import efficientnet_available
-from videokv_node.models.eval_tiny_vlm import CHECK_EXAMPLES, held_out_examples, right_answers
+from videokv_node.tinyvlm.heldout import CHECK_EXAMPLES, held_out_examples, right_answers
 from videokv_node.models.smollm2 import smollm2_available
 from videokv_node.models.videokv_tiny import MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR
 
@@ -47,7 +47,7 @@ def test_adapter_contract(adapter):
 
 def test_every_word_the_tokens_are_aligned_to_is_one_smollm2_token(adapter):
     """Training stage 1 aligns each visual token to one word's embedding; a split word would be averaged."""
-    from videokv_node.models.tiny_vlm_scenes import COLOURS, DIGITS, SHAPES
+    from videokv_node.tinyvlm.scenes import COLOURS, DIGITS, SHAPES
 
     for word in [*COLOURS, *SHAPES, "nothing", "number"]:
         assert len(adapter.tokenizer.encode(f" {word}", add_special_tokens=False)) == 1, word

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from videokv_node.eval.visual_needles import QUESTION_TYPES, make_visual_stream, make_visual_streams
-from videokv_node.models.tiny_vlm_scenes import render
+from videokv_node.tinyvlm.render import render
 
 
 def test_the_same_seed_gives_the_same_streams_and_another_seed_others():

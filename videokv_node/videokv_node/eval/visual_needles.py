@@ -1,7 +1,7 @@
 """Visual needle streams for ``videokv-tiny``: two telling frames among empty ones, asked about at the end.
 
 The picture counterpart of ``eval/needles.py`` (text frames for SmolLM2), in the scenes
-``videokv-tiny`` was trained on (``models/tiny_vlm_scenes.py``). A stream is ``n_frames``
+``videokv-tiny`` was trained on (``tinyvlm/scenes.py``). A stream is ``n_frames``
 rendered frames, ``period_s`` apart; all but two show an empty table (the light background
 alone). In the first ``needle_span`` of the stream, one frame shows a single coloured shape in
 one column and another a printed digit. After the last frame, four questions, each with its
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from videokv_node.eval.needles import NeedleQuestion
-from videokv_node.models.tiny_vlm_scenes import COLOURS, COLUMNS, DIGITS, SHAPES, Scene, Shape, render
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.scenes import COLOURS, COLUMNS, DIGITS, SHAPES, Scene, Shape
 
 QUESTION_TYPES = ("colour", "shape", "position", "digit")
 

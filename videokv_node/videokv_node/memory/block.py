@@ -106,6 +106,55 @@ class FrameBlock:
     def is_empty(self) -> bool:
         return all(kv is None for kv in self.layers)
 
+    # --- state --------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything the block is but its K/V, tensors by reference (copy before changing them).
+
+        K/V are left out: an offloaded block's live in the host arena, so the store adds them
+        (``BlockStore.state_dict``). ``layers`` holds, per layer, None or the kept token
+        ``index`` (t,) and their ``logical`` positions (P, t).
+        """
+        return {
+            "id": self.block_id, "camera": self.camera, "stamp_ns": self.stamp_ns, "stamps_ns": list(self.stamps_ns),
+            "kind": self.kind, "stream": self.stream, "rank": self.rank, "protected": self.protected,
+            "tier": self.tier.value, "revision": self.revision, "poses": list(self.poses),
+            "positions": self.positions, "key_mean": self.key_mean, "rep": self.rep,
+            "layers": [None if kv is None else {"index": kv.index, "logical": kv.logical} for kv in self.layers],
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict, device: torch.device | None = None) -> FrameBlock:
+        """The block a ``state_dict`` describes, each layer with its ``keys`` and ``values`` (H, t, D).
+
+        A resident block's K/V are copied onto ``device`` (default: where they are); an offloaded
+        block's stay as given, staged for ``BlockStore.load_state_dict`` to page in. Raises
+        ValueError for a state no block can have: kept token indices not ascending within the
+        block's tokens, or nothing kept in any layer.
+        """
+        block_id, tier = int(state["id"]), Tier(state["tier"])
+        n_tokens = int(state["positions"].shape[1])
+        layers: list[LayerKV | None] = []
+        for layer, kv in enumerate(state["layers"]):
+            if kv is None:
+                layers.append(None)
+                continue
+            idx, keys, values = kv["index"], kv["keys"], kv["values"]
+            if idx.numel() < 1 or int(idx.min()) < 0 or int(idx.max()) >= n_tokens or not bool((idx[1:] > idx[:-1]).all()):
+                raise ValueError(f"block {block_id} layer {layer}: kept token indices must ascend within its {n_tokens} tokens")
+            if tier is Tier.RESIDENT and device is not None:
+                keys = keys.to(device, memory_format=torch.contiguous_format, copy=True)
+                values = values.to(device, memory_format=torch.contiguous_format, copy=True)
+            layers.append(LayerKV(idx, kv["logical"], keys, values))
+        block = cls(
+            block_id=block_id, camera=str(state["camera"]), stamp_ns=int(state["stamp_ns"]), positions=state["positions"],
+            key_mean=state["key_mean"], layers=layers, kind=str(state["kind"]), stream=str(state["stream"]),
+            stamps_ns=tuple(int(s) for s in state["stamps_ns"]), rank=int(state["rank"]), protected=bool(state["protected"]),
+            rep=state["rep"], tier=tier, revision=int(state["revision"]), poses=tuple(state["poses"]),
+        )
+        if block.is_empty:
+            raise ValueError(f"block {block_id} keeps nothing in any layer")
+        return block
+
 
 def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
     """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""

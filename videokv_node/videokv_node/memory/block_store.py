@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 import torch
 
@@ -119,30 +119,41 @@ class BlockStore:
         self._hold(block)
         self.resident_entries += block.entries
 
-    def restore(
-        self,
-        blocks: list[FrameBlock],
-        offload_victim: Callable[["BlockStore"], FrameBlock],
-        evicted_blocks: int,
-        evicted_entries: int,
-    ) -> None:
-        """Fill an empty store with blocks read from a snapshot, each in its tier, and set the
-        lifetime eviction counts to the snapshot's.
+    # --- state ------------------------------------------------------------
+    def state_dict(self, kv_for: Callable[[list[dict]], Collection[int]] | None = None) -> dict:
+        """The blocks' state dicts (creation order) with their K/V, and the lifetime eviction counts.
 
-        A resident block comes with its K/V on the model's device; an offloaded one with its
-        K/V staged in ``keys``/``values`` on the host, copied here into arena pages (then
-        dropped, so the tier invariant holds once the block is in). When the arena cannot hold
-        them all (a smaller ``offload_bytes`` than the snapshot's), ``offload_victim(store)``
-        picks the offloaded blocks dropped to make room, counted as evictions, as a stream
-        would have; a block the arena could never hold is evicted. The resident budget is
-        the engine's to enforce afterwards.
+        Each kept layer gains ``keys`` and ``values`` (H, t, D): a resident block's own tensors
+        (by reference), an offloaded block's gathered from the arena onto the host. With
+        ``kv_for``, only the blocks whose ids ``kv_for(states)`` names get them (it sees every
+        block's state first): an incremental snapshot asks only for what its base lacks.
         """
-        if self._blocks:
-            raise ValueError("restore needs an empty store: clear() it first")
+        states = [b.state_dict() for b in self._blocks.values()]
+        wanted = None if kv_for is None else set(kv_for(states))
+        for block, state in zip(self._blocks.values(), states):
+            if wanted is None or block.block_id in wanted:
+                for layer, kv in enumerate(state["layers"]):
+                    if kv is not None:
+                        kv["keys"], kv["values"] = self.layer_kv(block, layer, torch.device("cpu"))
+        return {"blocks": states, "evicted_blocks": self.evicted_blocks, "evicted_entries": self.evicted_entries}
+
+    def load_state_dict(self, state: dict, offload_victim: Callable[["BlockStore"], FrameBlock]) -> None:
+        """Replace every block (each in its tier) and the lifetime eviction counts by a ``state_dict``'s.
+
+        ``state["blocks"]``: block state dicts with their K/V, or the blocks already built from
+        them (``FrameBlock.from_state_dict``: the engine builds them first, so that a malformed
+        one changes nothing). A resident block's K/V go to the device, an offloaded one's into
+        arena pages. When the arena cannot hold them all (a smaller ``offload_bytes`` than the
+        saved one), ``offload_victim(store)`` picks the offloaded blocks dropped to make room,
+        counted as evictions, as a stream would have; a block the arena could never hold is
+        evicted. The resident budget is the engine's to enforce afterwards.
+        """
+        blocks = [b if isinstance(b, FrameBlock) else FrameBlock.from_state_dict(b, self.device) for b in state["blocks"]]
         ids = [b.block_id for b in blocks]
         if ids != sorted(set(ids)) or any(b.is_empty for b in blocks):
             raise ValueError("restored blocks must be non-empty, with increasing ids")
-        self.evicted_blocks, self.evicted_entries = evicted_blocks, evicted_entries
+        self.clear()
+        self.evicted_blocks, self.evicted_entries = int(state["evicted_blocks"]), int(state["evicted_entries"])
         for block in blocks:
             if block.tier is Tier.RESIDENT:
                 self._hold(block)

@@ -1,4 +1,4 @@
-"""The interface every memory policy implements, and the factory that picks one.
+"""The interface every memory policy implements (the factory that picks one: ``policies/__init__.py``).
 
 A policy decides, never stores: what gets encoded when a frame arrives (one
 block per frame, a whole segment plus its summary, three granularities), what
@@ -6,15 +6,16 @@ the new tokens attend to while encoded, what is compressed right after, which
 block leaves the device when the resident budget is exceeded, where kept
 tokens stand for RoPE, and what a question attends to in each layer. The
 engine and the block store do the moving and the counting, so a policy is a
-small class (see ``policies/``).
+small class (see ``policies/``). What a policy may ask of the engine is
+``PolicyHost`` (``policy_host.py``): a policy never sees the engine itself.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -22,48 +23,16 @@ from videokv_node.memory.block import FrameBlock, Tier, recent_within  # recent_
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import MemoryConfig
+from videokv_node.memory.encoding import EncodeJob, Unit  # re-exported for the policies
+from videokv_node.memory.policy_host import PolicyHost, Probe  # Probe: re-exported for the policies
 from videokv_node.memory.retrieval_cache import Targets, pack_layout
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.attention import AttentionObserver
 
-if TYPE_CHECKING:
-    from videokv_node.memory.engine import VideoMemoryEngine
-
-# probe(text) -> (L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
-Probe = Callable[[str], torch.Tensor]
-
-
-@dataclass(eq=False, slots=True)
-class Unit:
-    """Embeddings that become one block when encoded.
-
-    ``offsets`` are its tokens' positions relative to its start ((P, T), min 0);
-    the unit after it starts ``span`` positions later.
-    """
-
-    feat: torch.Tensor  # (T, hidden) input embeddings
-    offsets: torch.Tensor  # (P, T) int64
-    camera: str
-    stamp_ns: int
-    stamps_ns: tuple[int, ...] = ()
-    kind: str = "frame"
-    rank: int = 0
-    protected: bool = False
-
-    @property
-    def span(self) -> int:
-        return int(self.offsets.max()) + 1
-
-
-@dataclass(eq=False, slots=True)
-class EncodeJob:
-    """Units encoded together in one forward pass (causal among themselves), in one stream."""
-
-    units: list[Unit]
-    stream: str = "frame"
-    # Blocks already encoded that open this job (StreamKV's cached open segment): the units attend to
-    # them after the encoding context, and the job's blocks are these followed by the units' blocks.
-    ready: list[FrameBlock] = field(default_factory=list)
+__all__ = [
+    "EncodeJob", "MemoryPolicy", "PolicyHost", "Probe", "QuestionSelection", "Unit", "present_in", "recent_resident",
+    "recent_within",
+]
 
 
 @dataclass(slots=True)
@@ -108,8 +77,9 @@ class MemoryPolicy(ABC):
         self.adapter = adapter
         self.n_layers = adapter.geometry.n_layers
 
-    def setup(self, engine: "VideoMemoryEngine", probe: Probe) -> None:
-        """Called once the sink is encoded; policies with guidance prompts compute them here."""
+    def setup(self, host: PolicyHost) -> None:
+        """Called once the sink is encoded; policies with guidance prompts compute them here (``host.probe``).
+        A policy that needs the engine later keeps ``host`` (the narrow interface), never the engine."""
 
     def reset(self) -> None:
         """Forget per-stream state (open segments, counters) on a memory reset."""
@@ -123,23 +93,23 @@ class MemoryPolicy(ABC):
         already checked) and apply any cap of the policy's own now; the engine's caps follow."""
         self.config = config
 
-    # --- snapshots (memory/snapshot.py) ---------------------------------------
-    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
-        """The per-stream state a restart must get back, as a JSON-able dict and named tensors.
+    # --- state (the engine's state_dict; memory/snapshot.py writes it) -------------
+    def state_dict(self) -> dict:
+        """The per-stream state a restart must get back: ``{"meta": JSON-able dict, "tensors": named tensors}``.
 
         Only what ``reset`` would forget (open segments, ages, counters): what ``__init__``
         and ``setup`` derive from the config and the model is rebuilt, never saved. Tensor
-        names are the policy's own; the snapshot prefixes them with ``policy/``. Default: none.
+        names are the policy's own (a snapshot prefixes them with ``policy/``). Default: none.
         """
-        return {}, {}
+        return {"meta": {}, "tensors": {}}
 
-    def load_state(self, meta: dict, tensors: dict[str, torch.Tensor], blocks: dict[int, FrameBlock]) -> None:
-        """Replace the per-stream state by one ``state`` returned (block ids resolve through ``blocks``,
-        the restored blocks by id, which the store does not hold yet).
+    def load_state_dict(self, state: dict, blocks: dict[int, dict]) -> None:
+        """Replace the per-stream state by one ``state_dict`` gave. ``blocks``: the state dicts of
+        the blocks restored with it (``FrameBlock.state_dict``), by id; the store does not hold
+        them yet, ``after_restore`` comes once it does.
 
-        Validates everything before changing anything: on a state that does not fit this
-        policy's config it raises ``SnapshotError`` (or ``ValueError``/``KeyError`` for a
-        malformed one) and the policy is unchanged. Default: nothing to restore.
+        Validates everything before changing anything: on a state that does not fit it raises
+        (``ValueError``, ``KeyError``, ...) and the policy is unchanged. Default: nothing to restore.
         """
 
     def after_restore(self, store: BlockStore) -> None:
@@ -162,18 +132,18 @@ class MemoryPolicy(ABC):
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
         """Compress right after a job is encoded (its blocks are in the store); nothing by default."""
 
-    def after_frame(self, engine: "VideoMemoryEngine") -> None:
+    def after_frame(self, host: PolicyHost) -> None:
         """Called once a frame's jobs are encoded and stored, before the caps are enforced; nothing by default."""
 
     def pending_units(self) -> list[Unit]:
         """Frames received but not yet encoded into blocks (an open segment)."""
         return []
 
-    def pending_blocks(self, engine: "VideoMemoryEngine") -> list[FrameBlock]:
+    def pending_blocks(self, host: PolicyHost) -> list[FrameBlock]:
         """Blocks of ``pending_units`` for a question to attend to, outside the store; by default
         encoded for the question only. StreamKV keeps them cached (``policies/streamkv.py``)."""
         units = self.pending_units()
-        return engine.encode_units(EncodeJob(units)) if units else []
+        return host.encode_units(EncodeJob(units)) if units else []
 
     def pending_entries(self) -> int:
         """Resident (token, layer) entries the policy holds outside the store (StreamKV's cached open
@@ -242,10 +212,3 @@ def recent_resident(store: BlockStore, max_tokens: int, stream: str | None = Non
 def present_in(blocks: Sequence[FrameBlock], n_layers: int) -> list[list[FrameBlock]]:
     """Per layer, the blocks that keep tokens in that layer (order kept)."""
     return [[b for b in blocks if b.layers[layer] is not None] for layer in range(n_layers)]
-
-
-def make_policy(config: MemoryConfig, adapter: VideoLLMAdapter) -> MemoryPolicy:
-    """The only place a policy name is looked up."""
-    from videokv_node.memory.policies import POLICY_CLASSES
-
-    return POLICY_CLASSES[config.policy](config, adapter)

@@ -1,24 +1,21 @@
-"""What goes in and out of the engine: frames, questions, answers, and refusals."""
+"""What goes in and out of the engine: frames, questions, answers, and refusals.
+
+``Frame`` lives on the ground floor (``videokv_node/frame.py``: model adapters take it too) and is
+re-exported here with the engine's request and answer types.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from videokv_node.frame import Frame
 from videokv_node.pose import Pose
+
+__all__ = ["Answer", "Continuations", "Evidence", "Frame", "Question", "RequestError"]
 
 
 class RequestError(ValueError):
     """A question the engine refuses; the message is returned to the caller verbatim."""
-
-
-@dataclass(slots=True)
-class Frame:
-    camera: str  # topic name
-    stamp_ns: int  # header stamp
-    rgb: np.ndarray  # (H, W, 3) uint8; for a text LM (models/text_lm.py) the frame's text, a str
-    pose: Pose | None = None  # the robot's pose at stamp_ns (ingest/pose_history.py), if known
 
 
 @dataclass(slots=True)

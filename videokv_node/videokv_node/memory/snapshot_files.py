@@ -16,8 +16,6 @@ import secrets
 import shutil
 from pathlib import Path
 
-import torch
-
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a plain name: no separator, not hidden, not . or ..
 
@@ -49,18 +47,6 @@ def resolve_snapshot_path(root: str | Path, name: str = "", path: str = "") -> P
     if base not in resolved.parents:
         raise SnapshotError(f"snapshot path {name or path!r} resolves to {resolved}, not inside memory.snapshot_dir {base}")
     return resolved
-
-
-# --- dtypes in JSON -----------------------------------------------------------------
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def dtype_from_name(name: str) -> torch.dtype:
-    dtype = getattr(torch, str(name), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {name!r}")
-    return dtype
 
 
 # --- atomic directories -------------------------------------------------------------

@@ -27,13 +27,9 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from videokv_node.memory.snapshot import PreparedSnapshot, SnapshotInfo, load_snapshot, prepare_snapshot
+from videokv_node.memory.snapshot import PreparedSnapshot, SnapshotInfo, Snapshottable, load_snapshot, prepare_snapshot
 from videokv_node.memory.snapshot_files import SnapshotError
-
-if TYPE_CHECKING:
-    from videokv_node.memory.engine import VideoMemoryEngine
 
 PREFIX = "auto"
 LATEST = "latest"  # memory.restore_on_start value: the newest good snapshot of the series
@@ -78,7 +74,7 @@ class SnapshotSeries:
         found = [(int(m.group(1)), p) for p in self.root.iterdir() if (m := _NAME.fullmatch(p.name)) and p.is_dir()]
         return [p for _, p in sorted(found, reverse=True)]
 
-    def prepare(self, engine: "VideoMemoryEngine") -> PreparedSnapshot:
+    def prepare(self, engine: Snapshottable) -> PreparedSnapshot:
         """Copy what the next snapshot writes out of the engine (on the engine's thread)."""
         with self._lock:
             base = self._base if self._base is not None and self._base.is_dir() else None
@@ -114,7 +110,7 @@ class SnapshotSeries:
             shutil.rmtree(p, ignore_errors=True)
         return gone
 
-    def restore_latest(self, engine: "VideoMemoryEngine") -> tuple[SnapshotInfo | None, list[Refusal]]:
+    def restore_latest(self, engine: Snapshottable) -> tuple[SnapshotInfo | None, list[Refusal]]:
         """Load the newest snapshot that passes every check; (its info or None, the refusals, newest first).
 
         A refused snapshot leaves the engine as it was (``load_snapshot``), so after the last

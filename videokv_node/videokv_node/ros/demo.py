@@ -10,7 +10,7 @@
    not required: a model's accuracy is measured in docs/BENCHMARKS.md, not here).
 
 With ``videokv-tiny`` (the default: the small self-trained model, which sees for real) the
-camera shows its story (``models/tiny_vlm_story.py``: rendered scenes of the kind it was
+camera shows its story (``tinyvlm/story.py``: rendered scenes of the kind it was
 trained on), and each question is asked over the time window of the scenes it is about,
 with a memory budget that holds half of its frames, so the others are offloaded and retrieved back.
 With the random-weight ``tiny`` models or a checkpoint directory it shows a scripted scene
@@ -115,7 +115,7 @@ def wait_ingested(client: MemoryClient, expected: int) -> None:
 def story_options(question: str, answer: str) -> list[str]:
     """The multiple-choice options of a story question: every value of its answer's kind, in a fixed order
     (a motion question: left or right)."""
-    from videokv_node.models.tiny_vlm_scenes import COLOURS, COLUMNS, COUNT_WORDS, DIGITS, SHAPES
+    from videokv_node.tinyvlm.scenes import COLOURS, COLUMNS, COUNT_WORDS, DIGITS, SHAPES
 
     if "move" in question.lower():
         return ["left", "right"]
@@ -128,8 +128,8 @@ def story_options(question: str, answer: str) -> list[str]:
 def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample_fps: float, t0_ns: int, env: dict) -> bool:
     """videokv-tiny: publish the story, then ask each segment's question over its own time window,
     open and then as multiple choice (scored as the node is configured: answer.option_scoring)."""
-    from videokv_node.models.tiny_vlm_scenes import caption, normalise_answer
-    from videokv_node.models.tiny_vlm_story import Story
+    from videokv_node.tinyvlm.scenes import caption, normalise_answer
+    from videokv_node.tinyvlm.story import Story
 
     story = Story(fps=fps)
     print(f"\npublishing videokv-tiny's story ({len(story)} frames, {len(story) / fps:.0f} s of scene time) on /{topic} "
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         # A local window of one token: each frame is encoded after the prompt alone, as the model was trained to
         # read a single frame. Measured through the engine on the committed model (2026-11-23), story questions
         # right: window 1 token 5/6 (the motion question wrong: encoded alone, frames lose their order; see
-        # eval_tiny_vlm's "frames encoded alone" row), 1 frame 4/6, 2-3 frames 5/6 (the digit read as 8).
+        # tinyvlm.evaluate's "frames encoded alone" row), 1 frame 4/6, 2-3 frames 5/6 (the digit read as 8).
         params.update({"memory.budget_tokens": 48, "memory.local_window_tokens": 1, "memory.retrieve_frames": 3})
     elif tiny:
         # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
     print(f"videokv demo: model {args.model!r}, policy {args.policy}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}")
     if story:
         print(
-            "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see README): it sees\n"
+            "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see docs/MODELS.md): it sees\n"
             "      for real, on scenes like those it was trained on (held-out accuracy in docs/BENCHMARKS.md).\n"
             "      make demo MODEL=tiny runs the random-weight model instead (fast, answers meaningless)."
         )

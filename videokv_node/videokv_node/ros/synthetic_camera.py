@@ -78,7 +78,7 @@ def compressed_msg(rgb, stamp_ns: int, frame_id: str = "camera") -> CompressedIm
 def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, start_ns: int, compressed: bool = False,
                   story: bool = False, odom_topic: str = "") -> int:
     """Publish ``frames`` frames of the default scenario, or with ``story`` every frame of videokv-tiny's
-    demo story (``models/tiny_vlm_story.py``; ``frames`` is then ignored); returns how many were published.
+    demo story (``tinyvlm/story.py``; ``frames`` is then ignored); returns how many were published.
     With ``odom_topic``, odometry at ODOM_HZ too, every pose up to ODOM_AHEAD_NS past a frame sent
     before it."""
     msg_type = CompressedImage if compressed else Image
@@ -94,7 +94,7 @@ def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, 
     # (sensor_data) reader would drop what arrives before that.
     time.sleep(1.0)
     if story:
-        from videokv_node.models.tiny_vlm_story import Story
+        from videokv_node.tinyvlm.story import Story
 
         stream = list(Story(fps=fps).frames(start_ns))
     else:

@@ -2,46 +2,25 @@
 
 Every backend maps (B, 3, S, S) normalised pixels (``adapter.preprocess``'s output) to
 (B, tokens_per_frame, hidden) embeddings; the adapter moves the result to the model's
-device and dtype. A backend that cannot run here raises ``BackendUnavailable`` from its
-constructor, with the reason, so that ``selection`` can log it and try the next one.
+device and dtype. The interface and the PyTorch runner are on the ground floor
+(``videokv_node/vision_backend.py``: model adapters hold them) and re-exported here. A backend
+that cannot run here raises ``BackendUnavailable`` from its constructor, with the reason, so
+that ``selection`` can log it and try the next one.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable
 import numpy as np
 import torch
 
 from videokv_node.vision.export import OnnxExport
+from videokv_node.vision_backend import TorchVisionBackend, VisionBackend
+
+__all__ = ["BackendUnavailable", "OnnxRuntimeVisionBackend", "TorchVisionBackend", "VisionBackend", "onnxruntime_providers"]
 
 
 class BackendUnavailable(RuntimeError):
     """This backend cannot run here; the message says why (missing package, no GPU, bad engine...)."""
-
-
-class VisionBackend(ABC):
-    """Encodes normalised pixels; ``name`` says what runs them (``torch:cuda:0``, ``onnxruntime:CPU``...)."""
-
-    name: str
-    batch: int | None = None  # frames every call must have (an exported graph with a fixed batch); None: any
-
-    @abstractmethod
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        """(B, 3, S, S) pixels on the model's device -> (B, T, hidden), on that device where the backend can."""
-
-
-class TorchVisionBackend(VisionBackend):
-    """The transformers modules themselves, on the model's device, in the vision tower's dtype."""
-
-    def __init__(self, forward: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype, device: torch.device) -> None:
-        self._forward = forward
-        self._dtype = dtype
-        self.name = f"torch:{device}"
-
-    @torch.inference_mode()
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self._forward(pixels.to(self._dtype))
 
 
 def onnxruntime_providers() -> list[str]:

@@ -1,11 +1,20 @@
 """One module per memory policy; ``POLICY_CLASSES`` maps ``memory.policy`` names to classes."""
 
+from videokv_node.memory.config import MemoryConfig
 from videokv_node.memory.policies.full import FullPolicy
 from videokv_node.memory.policies.hermes import HermesPolicy
 from videokv_node.memory.policies.mukv import MuKVPolicy
 from videokv_node.memory.policies.rekv import ReKVPolicy
 from videokv_node.memory.policies.streamkv import StreamKVPolicy
+from videokv_node.memory.policy import MemoryPolicy
+from videokv_node.models.adapter import VideoLLMAdapter
 
 POLICY_CLASSES = {cls.name: cls for cls in (FullPolicy, ReKVPolicy, StreamKVPolicy, HermesPolicy, MuKVPolicy)}
 
-__all__ = ["FullPolicy", "HermesPolicy", "MuKVPolicy", "POLICY_CLASSES", "ReKVPolicy", "StreamKVPolicy"]
+
+def make_policy(config: MemoryConfig, adapter: VideoLLMAdapter) -> MemoryPolicy:
+    """The only place a policy name is looked up."""
+    return POLICY_CLASSES[config.policy](config, adapter)
+
+
+__all__ = ["FullPolicy", "HermesPolicy", "MuKVPolicy", "POLICY_CLASSES", "ReKVPolicy", "StreamKVPolicy", "make_policy"]

@@ -30,7 +30,7 @@ and the summary token standing right after the sink (the distant past).
 
 Pseudo-queries, two modes (``memory.hermes.pseudo_queries``):
 - ``probe`` (robot, ours): one generic question's pre-RoPE queries read once at
-  setup, in a prompt-only context (``engine.probe``: the text right after the
+  setup, in a prompt-only context (``PolicyHost.probe``: the text right after the
   sink, no frames), then rotated to the next position and scored against the
   live cache's keys at each compression. Its queries in layers past the first
   never saw the video: cheap (no forward per chunk), not what HERMES runs.
@@ -61,7 +61,7 @@ import torch
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, present_in
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, present_in
 from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (
     cross_layer_smooth,
@@ -95,18 +95,19 @@ class HermesPolicy(MemoryPolicy):
         self._frame_of: dict[int, int] = {}  # block id -> frame index, for ages
         self._next_pos: int | None = None  # lazy: where the stream continues
         self.summary: FrameBlock | None = None
+        self._restored_summary: int | None = None  # the summary's id between load_state_dict and after_restore
         self._summary_count = [0] * self.n_layers
         self.reindexed = 0  # lazy re-indexings done (tests, stats)
         self.compressions = 0  # compressions done (tests, stats)
 
-    def setup(self, engine, probe: Probe) -> None:
-        self.engine = engine
-        self.sink_len = engine.sink.n_tokens
+    def setup(self, host: PolicyHost) -> None:
+        self.host = host  # the sink to place the cache after, the store, ids for the summary token
+        self.sink_len = host.sink.n_tokens
         self.check_budget(self.config.budget_tokens, self.sink_len)
         self.budget = self.config.budget_tokens - self.sink_len  # tokens per layer
         self.headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
         if self.cfg.pseudo_queries == "probe":
-            self.pseudo = probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
+            self.pseudo = host.probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
 
     def check_budget(self, budget_tokens: int, sink_tokens: int) -> None:
         """Each layer must keep one frame (and the summary token) plus room for the rest of a chunk."""
@@ -128,51 +129,59 @@ class HermesPolicy(MemoryPolicy):
     def reset(self) -> None:
         self._frame_of.clear()
         self._next_pos = None
-        self.summary = None
+        self.summary = self._restored_summary = None
         self._summary_count = [0] * self.n_layers
 
-    # --- snapshots ------------------------------------------------------------
-    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+    # --- state ----------------------------------------------------------------
+    def state_dict(self) -> dict:
         """Frame count and ages (of the blocks held: an evicted block's age is never read again),
         where the stream continues, the summary token (its block id and per-layer fold counts)
         and the counters. The summary's K/V are a block's, saved with the blocks."""
-        held = {b.block_id for b in self.engine.store.blocks()}
+        store = self.host.store
+        held = {b.block_id for b in store.blocks()}
         meta = {
             "frames": self._frames,
             "frame_of": [[block_id, frame] for block_id, frame in self._frame_of.items() if block_id in held],
             "next_pos": self._next_pos,
-            "summary_block": self.summary.block_id if self.summary is not None and self.summary in self.engine.store else None,
+            "summary_block": self.summary.block_id if self.summary is not None and self.summary in store else None,
             "summary_count": list(self._summary_count),
             "reindexed": self.reindexed,
             "compressions": self.compressions,
         }
-        return meta, {}
+        return {"meta": meta, "tensors": {}}
 
-    def load_state(self, meta, tensors, blocks) -> None:
+    def load_state_dict(self, state, blocks) -> None:
+        """The summary token is found in the store once it holds the restored blocks (``after_restore``)."""
+        meta = state["meta"]
         frame_of = {int(block_id): int(frame) for block_id, frame in meta["frame_of"]}
         counts = [int(c) for c in meta["summary_count"]]
         if len(counts) != self.n_layers:
             raise ValueError(f"summary counts for {len(counts)} layers, the model has {self.n_layers}")
-        summary = None
+        summary_id = None
         if meta["summary_block"] is not None:
-            summary = blocks[int(meta["summary_block"])]
+            summary_id = int(meta["summary_block"])
+            summary = blocks[summary_id]
             deep = [l for l, role in enumerate(self.roles) if role == "deep"]
-            held = [l for l, kv in enumerate(summary.layers) if kv is not None]
-            if summary.kind != "summary" or held != deep:
+            held = [l for l, kv in enumerate(summary["layers"]) if kv is not None]
+            if summary["kind"] != "summary" or held != deep:
                 raise ValueError(
-                    f"the summary token (block {summary.block_id}) is in layers {held}, but memory.hermes makes "
+                    f"the summary token (block {summary_id}) is in layers {held}, but memory.hermes makes "
                     f"layers {deep} the deep ones"
                 )
-        ageless = [i for i, b in blocks.items() if b.kind != "summary" and i not in frame_of]
+        ageless = [i for i, b in blocks.items() if b["kind"] != "summary" and i not in frame_of]
         if ageless:
             raise ValueError(f"blocks {ageless} have no frame index (their age)")
         next_pos = None if meta["next_pos"] is None else int(meta["next_pos"])
         self._frames, self._frame_of, self._next_pos = int(meta["frames"]), frame_of, next_pos
-        self.summary, self._summary_count = summary, counts
+        self.summary, self._restored_summary, self._summary_count = None, summary_id, counts
         self.reindexed, self.compressions = int(meta["reindexed"]), int(meta["compressions"])
 
     def after_restore(self, store: BlockStore) -> None:
-        """A smaller ``budget_tokens`` than the snapshot's: compress every layer to it, as after a chunk."""
+        """Find the summary token among the restored blocks; then, a smaller ``budget_tokens`` than the
+        snapshot's: compress every layer to it, as after a chunk."""
+        if self._restored_summary is not None:
+            self.summary = next(b for b in store.blocks() if b.block_id == self._restored_summary)
+            self._restored_summary = None
         self._enforce_layer_budget(store)
 
     # --- placement ------------------------------------------------------------
@@ -214,7 +223,7 @@ class HermesPolicy(MemoryPolicy):
         scores, ids = [], []
         live = None
         if self.cfg.pseudo_queries == "live":  # HERMES' script: its queries through the model over the live cache
-            live = live_scores(self.adapter, lambda: placed_cache(self.adapter, store, self.engine.sink, per_layer, targets),
+            live = live_scores(self.adapter, lambda: placed_cache(self.adapter, store, self.host.sink, per_layer, targets),
                                self.cfg.local_query, self.cfg.global_query, next_pos, self.sink_len)
         for layer, blocks in enumerate(per_layer):
             ages = torch.cat([torch.full((b.layer_tokens(layer),), float(self._frames - 1 - self._frame_of[b.block_id])) for b in blocks])
@@ -223,7 +232,7 @@ class HermesPolicy(MemoryPolicy):
             if live is not None and self.roles[layer] != "shallow":
                 attn = live[self.roles[layer]][layer]
             elif self.roles[layer] != "shallow":
-                keys, _ = place_layer(self.adapter, store, self.engine.sink, blocks, targets[layer], layer)  # (1, H, S + N, D)
+                keys, _ = place_layer(self.adapter, store, self.host.sink, blocks, targets[layer], layer)  # (1, H, S + N, D)
                 q = self.pseudo[layer]  # (n, H_q, D)
                 q_pos = self.adapter.text_positions(next_pos, q.shape[0])
                 q_rot = self.adapter.rotate_keys(q.transpose(0, 1), q_pos).to(keys.dtype)  # (H_q, n, D)
@@ -285,7 +294,7 @@ class HermesPolicy(MemoryPolicy):
             for role in self.roles
         ]
         self.summary = FrameBlock(
-            block_id=self.engine.new_block_id(),
+            block_id=self.host.new_block_id(),
             camera="",
             stamp_ns=0,
             positions=pos,

@@ -26,7 +26,7 @@ What the paper (and the reader's notes on its public code) prescribes:
 Choices, ours: keys for the FFT signal and the representative are pre-RoPE
 (position must not decide importance or retrieval); the question vector is the
 mean pre-RoPE query of the question's last layer read after the sink
-(``engine.probe``; the public code uses the last token's key).
+(``PolicyHost.probe``; the public code uses the last token's key).
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class MuKVPolicy(MemoryPolicy):
     def reset(self) -> None:
         self._segment.clear()
 
-    # --- snapshots ------------------------------------------------------------
-    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+    # --- state ----------------------------------------------------------------
+    def state_dict(self) -> dict:
         """The partial segment: the frames waiting for a segment block (their features, offsets,
         cameras and stamps). Patch and frame blocks of those frames are already in the store."""
         meta = {"segment": [{"camera": u.camera, "stamp_ns": u.stamp_ns} for u in self._segment]}
@@ -77,9 +77,10 @@ class MuKVPolicy(MemoryPolicy):
         if self._segment:
             tensors["segment/feat"] = torch.stack([u.feat for u in self._segment])  # (n, T, hidden)
             tensors["segment/offsets"] = torch.stack([u.offsets for u in self._segment])  # (n, P, T)
-        return meta, tensors
+        return {"meta": meta, "tensors": tensors}
 
-    def load_state(self, meta, tensors, blocks) -> None:
+    def load_state_dict(self, state, blocks) -> None:
+        meta, tensors = state["meta"], state["tensors"]
         frames = meta["segment"]
         n = len(frames)
         if n and ("segment" not in self.cfg.granularities or n >= self.cfg.segment_frames):

@@ -23,7 +23,7 @@ Choices where the paper is not specific, ours:
 - Representative keys r are the mean pre-RoPE keys over the block's tokens
   with heads concatenated (Eq. 3, "we do not distinguish between attention
   heads"); criteria c are the mean pre-RoPE queries of the guidance prompt or
-  question, read right after the prompt sink (``engine.probe``), query heads
+  question, read right after the prompt sink (``PolicyHost.probe``), query heads
   averaged per KV group (GQA) and concatenated. Pre-RoPE: a block's score must
   not depend on where it happened to be encoded.
 - A question asked while a segment is open sees that segment's frames,
@@ -56,10 +56,10 @@ import torch
 from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.select_kv import cosine_scores, select_kv
-from videokv_node.memory.snapshot import dtype_from_name, dtype_name
+from videokv_node.memory.state import dtype_from_name, dtype_name
 
 
 def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
@@ -96,17 +96,17 @@ class StreamKVPolicy(MemoryPolicy):
         self.guidance: torch.Tensor | None = None  # (L, H_kv * D)
         self.last_budgets: list[int] = []  # per layer, of the last retrieval (tests, debugging)
 
-    def setup(self, engine, probe: Probe) -> None:
-        self.engine = engine
-        self.guidance = criterion(probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)
+    def setup(self, host: PolicyHost) -> None:
+        self.host = host  # encodes the open segment's cache (``_refresh_open``)
+        self.guidance = criterion(host.probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)
 
     def reset(self) -> None:
         self.segmenter.reset()
         self._meta.clear()
         self._open = []
 
-    # --- snapshots ------------------------------------------------------------
-    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+    # --- state ----------------------------------------------------------------
+    def state_dict(self) -> dict:
         """The open segment (the segmenter's state and each waiting frame's camera and stamp),
         the frames' token offsets and feature dtype, and the next item id."""
         seg_meta, seg_tensors = self.segmenter.state()
@@ -128,9 +128,10 @@ class StreamKVPolicy(MemoryPolicy):
             tensors["open/values"] = torch.stack([torch.stack([kv.values for kv in b.layers]) for b in cached])
             tensors["open/positions"] = torch.stack([b.positions for b in cached])  # (n, P, T)
             tensors["open/key_mean"] = torch.stack([b.key_mean for b in cached])  # (n, L, H, D)
-        return meta, tensors
+        return {"meta": meta, "tensors": tensors}
 
-    def load_state(self, meta, tensors, blocks) -> None:
+    def load_state_dict(self, state, blocks) -> None:
+        meta, tensors = state["meta"], state["tensors"]
         frames = {int(item): (str(camera), int(stamp)) for item, camera, stamp in meta["frames"]}
         dtype = dtype_from_name(meta["feature_dtype"])
         next_item = int(meta["next_item"])
@@ -194,7 +195,7 @@ class StreamKVPolicy(MemoryPolicy):
         first = self._meta[pending[0].item_ids[0]][1]
         return self.cfg.max_segment_s > 0 and unit.stamp_ns - first > self.cfg.max_segment_s * 1e9
 
-    def after_frame(self, engine) -> None:
+    def after_frame(self, host: PolicyHost) -> None:
         self._refresh_open()
 
     def _refresh_open(self) -> None:
@@ -207,10 +208,10 @@ class StreamKVPolicy(MemoryPolicy):
             n += 1
         blocks = [block for _, block in self._open[:n]]
         if n < len(pending):
-            blocks = self.engine.encode_units(EncodeJob([self._member_unit(m) for m in pending[n:]], ready=blocks), provisional=True)
+            blocks = self.host.encode_units(EncodeJob([self._member_unit(m) for m in pending[n:]], ready=blocks), provisional=True)
         self._open = list(zip(pending, blocks))
 
-    def pending_blocks(self, engine) -> list[FrameBlock]:
+    def pending_blocks(self, host: PolicyHost) -> list[FrameBlock]:
         """The open segment's cached blocks (refreshed first if stale: right after a snapshot load)."""
         self._refresh_open()
         return [block for _, block in self._open]

@@ -6,6 +6,8 @@ a light background, and either coloured shapes in three columns (left / middle /
 or one printed digit. Everything is drawn from a ``numpy`` Generator, so a seed fixes
 the data set on every machine.
 
+``render`` (``tinyvlm/render.py``) draws a scene's pixels.
+
 Answers are short words (``red``, ``circle``, ``left``, ``two``, ``7``, ``red circle``);
 ``normalise_answer`` is how a generated answer is compared with them.
 
@@ -21,11 +23,9 @@ from __future__ import annotations
 import importlib.util
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
 
 SIZE = 224
 COLOURS = {"red": (215, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 215), "yellow": (235, 200, 30)}
@@ -33,7 +33,6 @@ SHAPES = ("circle", "square", "triangle")
 COLUMNS = {"left": 48, "middle": 112, "right": 176}  # x of a column's centre, px
 COUNT_WORDS = ("zero", "one", "two", "three")
 DIGITS = "0123456789"
-FONT_FILE = "DejaVuSans-Bold.ttf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +66,6 @@ PHOTOS = (
     Photo("hubble_deep_field.jpg", "galaxies in space"),
 )
 PHOTO_BY_FILE = {p.file: p for p in PHOTOS}
-MIN_CROP = 0.6  # smallest crop side, as a fraction of the photo's shorter side
 
 
 def photo_dir() -> Path:
@@ -80,17 +78,12 @@ def photo_dir() -> Path:
     return path
 
 
-@lru_cache(maxsize=len(PHOTOS))
-def _photo(file: str) -> Image.Image:
-    return Image.open(photo_dir() / file).convert("RGB")
-
-
 @dataclass(frozen=True, slots=True)
 class Shape:
     colour: str  # a key of COLOURS
     shape: str  # one of SHAPES
     column: str  # a key of COLUMNS; for a free shape, the third of the frame that holds its centre
-    # A free shape (tiny_vlm_variety): centre and side in px. None: a column shape, its size and place
+    # A free shape (tinyvlm.variety): centre and side in px. None: a column shape, its size and place
     # jittered from the scene's seed as in the first renderer.
     x: int | None = None
     y: int | None = None
@@ -110,7 +103,7 @@ class Scene:
     digit: str | None = None
     seed: int = 0  # draws the jitter: size, exact position, background tint; for a photo its crop and flip
     photo: str | None = None  # a file of PHOTOS: the frame is a random crop of it, nothing is drawn
-    look: "Look | None" = None  # tiny_vlm_variety: background, lighting, blur; None: the first renderer's light backdrop
+    look: "Look | None" = None  # tinyvlm.looks.Look: background, lighting, blur; None: the first renderer's light backdrop
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,60 +114,7 @@ class Example:
     question: str
     answer: str  # with options: the right option's letter ("B")
     kind: str  # which family of question, for per-kind accuracy
-    options: tuple[str, ...] = ()  # multiple choice in the node's letter format (tiny_vlm_variety.with_letter_options)
-
-
-def _font(size: int):
-    try:
-        return ImageFont.truetype(FONT_FILE, size)
-    except OSError:  # no DejaVu on this machine: Pillow's own scalable font (Pillow >= 10.1)
-        return ImageFont.load_default(size)
-
-
-def render(scene: Scene) -> np.ndarray:
-    """(224, 224, 3) uint8 RGB picture of ``scene``; the same scene always gives the same pixels."""
-    rng = np.random.default_rng(scene.seed)
-    if scene.photo is not None:
-        img = _photo(scene.photo)
-        w, h = img.size
-        side = int(min(w, h) * rng.uniform(MIN_CROP, 1.0))
-        left, top = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
-        crop = img.crop((left, top, left + side, top + side)).resize((SIZE, SIZE), Image.BILINEAR)
-        if rng.random() < 0.5:
-            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-        return np.asarray(crop).copy()
-    if scene.look is None:
-        bg = tuple(int(v) for v in 235 + rng.integers(-15, 16, 3))
-        img = Image.new("RGB", (SIZE, SIZE), bg)
-    else:
-        from videokv_node.models.tiny_vlm_variety import background
-
-        img = Image.fromarray(np.clip(np.rint(background(scene.look.background, rng)), 0, 255).astype(np.uint8))
-    draw = ImageDraw.Draw(img)
-    for s in scene.shapes:
-        if s.x is None:
-            r = int(rng.integers(20, 31))
-            x = COLUMNS[s.column] + int(rng.integers(-6, 7))
-            y = 112 + int(rng.integers(-60, 61))
-        else:
-            r, x, y = s.side / 2, s.x, s.y
-        fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[s.colour])
-        if s.shape == "circle":
-            draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
-        elif s.shape == "square":
-            draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
-        else:
-            draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
-    if scene.digit is not None:
-        size = int(rng.integers(110, 151))
-        ink = tuple(int(v) for v in rng.integers(0, 60, 3))
-        x, y = 112 + int(rng.integers(-25, 26)), 112 + int(rng.integers(-25, 26))
-        draw.text((x, y), scene.digit, fill=ink, font=_font(size), anchor="mm")
-    if scene.look is not None:
-        from videokv_node.models.tiny_vlm_variety import film
-
-        return film(img, scene.look, rng)
-    return np.asarray(img).copy()
+    options: tuple[str, ...] = ()  # multiple choice in the node's letter format (tinyvlm.variety.with_letter_options)
 
 
 def caption(scene: Scene) -> str:
@@ -193,7 +133,7 @@ def cell_words(scene: Scene) -> list[str] | None:
     """What each of the projector's 6 tokens (2 per column, column by column) is aligned to in training:
     per column its colour then its shape ('nothing nothing' where the column is empty), so a frame
     reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle.
-    None for a photo, and for free shapes (tiny_vlm_variety), which may span columns: those have no names
+    None for a photo, and for free shapes (tinyvlm.variety), which may span columns: those have no names
     of that kind, so only the answer loss trains on them."""
     if scene.photo is not None or any(s.x is not None for s in scene.shapes):
         return None  # a free shape may span columns: no column word is right for it

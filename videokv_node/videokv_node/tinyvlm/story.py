@@ -3,7 +3,7 @@
 ``make demo`` publishes it as a camera (``ros/synthetic_camera.py --story``) and asks, for each
 segment, its question restricted to the segment's time window, so an answer rests on the
 frames that show it and its evidence stamps point at them. The scenes are drawn by
-``tiny_vlm_scenes.render`` (the training renderer) with seeds fixed here once; they are not
+``tinyvlm.render.render`` (the training renderer) with seeds fixed here once; they are not
 in the training pool (other seeds), and they were not picked for the answers they get.
 
 Each scene is held for ``seconds_per_scene`` of scene time; the node samples one frame per
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from videokv_node.models.tiny_vlm_scenes import COLUMNS, Scene, Shape, render
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.scenes import COLUMNS, Scene, Shape
 
 NS = 1_000_000_000
 

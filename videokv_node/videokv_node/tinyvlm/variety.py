@@ -1,6 +1,6 @@
 """What a camera shows that the column scenes do not, for videokv-tiny v3: and which of it is held out.
 
-The column scenes of ``tiny_vlm_scenes`` (shapes of 40-60 px in three fixed columns on a light
+The column scenes of ``tinyvlm.scenes`` (shapes of 40-60 px in three fixed columns on a light
 background, one phrasing per question) taught a model that answered its own renders well and
 plainly coloured discs drawn by another renderer badly (issue 14). Here a scene's shapes have
 any size, from about 1% of the frame's area to most of it, at free positions (several per
@@ -8,29 +8,28 @@ frame, never overlapping), on varied backgrounds, under varied lighting and blur
 in many phrasings; and multiple-choice questions in the node's letter format (``with_letter_options``).
 
 Held out, never drawn by ``VariedSampler(held_out=False)`` (training) and always by
-``VariedSampler(held_out=True)`` (the evaluation, ``eval_tiny_vlm.generalisation_examples``):
+``VariedSampler(held_out=True)`` (the evaluation, ``tinyvlm.generalisation.generalisation_examples``):
 - sizes: shapes whose side is ``HELD_OUT_SIZES`` of the frame (a band inside the training range);
-- backgrounds: ``HELD_OUT_BACKGROUNDS`` (radial gradients, checkerboards, low-frequency blobs, and
-  crops of scikit-image photos that training never shows, ``HELD_OUT_PHOTOS``);
+- backgrounds: ``looks.HELD_OUT_BACKGROUNDS`` (radial gradients, checkerboards, low-frequency blobs,
+  and crops of scikit-image photos that training never shows, ``looks.HELD_OUT_PHOTOS``);
 - wordings: ``HELD_OUT_WORDINGS`` per question kind.
 Lighting and blur are drawn from the same ranges in both (held out they would only test more of the same).
+How a frame is lit and filmed, and its backdrops, are in ``tinyvlm/looks.py``.
 
-Our choices: backgrounds are unsaturated (greys, tints of at most +-24 per channel, photos): a
-saturated backdrop of a shape's own hue would make "what colour is the shape" ill-posed, and a
-camera's backgrounds are mostly unsaturated. A shape's column (its ``position`` answer) is the
+Our choice: a shape's column (its ``position`` answer) is the
 third of the frame that holds its centre; centres are kept ``POSITION_MARGIN`` px away from the
 thirds' borders so that the answer is never a coin toss.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
-from PIL import Image, ImageFilter
 
 from videokv_node.models.chat_adapter import OPTION_LETTERS
-from videokv_node.models.tiny_vlm_scenes import COLOURS, COUNT_WORDS, PHOTOS, SHAPES, SIZE, Example, Scene, Shape, photo_dir
+from videokv_node.tinyvlm.looks import draw_look
+from videokv_node.tinyvlm.scenes import COLOURS, COUNT_WORDS, SHAPES, SIZE, Example, Scene, Shape
 
 # --- sizes: a shape's side (circle's diameter, triangle's base) as a fraction of the frame's side ---------
 SIZE_RANGE = (0.10, 0.85)  # about 1% of the frame's area (a small circle) up to 72% (a large square)
@@ -38,19 +37,6 @@ HELD_OUT_SIZES = (0.28, 0.36)  # never drawn in training; every held-out shape i
 MAX_SIZE_FOR_COUNT = {1: 0.85, 2: 0.45, 3: 0.36}  # largest side with n shapes in a frame, so n fit without overlap
 POSITION_MARGIN = 6  # px: no centre within this distance of a border between thirds
 THIRDS = (SIZE / 3, 2 * SIZE / 3)
-
-# --- backgrounds ---------------------------------------------------------------------------------------
-BACKGROUNDS = ("flat", "gradient", "noise", "stripes", "photo")  # drawn in training
-HELD_OUT_BACKGROUNDS = ("radial", "checker", "blobs", "unseen photo")  # drawn only by the held-out evaluation
-# scikit-image photos never used in training (neither as backgrounds nor as photo questions): grey textures
-HELD_OUT_PHOTOS = ("gravel.png", "cell.png", "page.png", "clock_motion.png")
-
-# --- lighting and blur, the same in training and held out -------------------------------------------------
-GAIN_RANGE = (0.6, 1.3)  # overall brightness factor
-CAST = 0.08  # per-channel factor of 1 +- CAST (a white balance off)
-BLUR_SHARE = 0.5  # share of frames blurred ...
-BLUR_RANGE = (0.5, 3.0)  # ... by a Gaussian of this radius, px
-NOISE_RANGE = (0.0, 8.0)  # sensor noise, standard deviation in grey levels
 
 # --- wordings: '{colour}' and '{shape}' are filled with the scene's shape where a template names them ------
 WORDINGS = {
@@ -84,104 +70,9 @@ HELD_OUT_WORDINGS = {
 KINDS = tuple(WORDINGS)
 
 
-@dataclass(frozen=True, slots=True)
-class Look:
-    """How a varied frame is lit and filmed; the parameters a kind needs (tones, angle, period, crop)
-    are drawn from the scene's seed when it is rendered."""
-
-    background: str  # one of BACKGROUNDS or HELD_OUT_BACKGROUNDS
-    gain: float = 1.0  # brightness factor
-    cast: tuple[float, float, float] = (1.0, 1.0, 1.0)  # per-channel factors
-    blur: float = 0.0  # Gaussian radius, px (0: sharp)
-    noise: float = 0.0  # sensor noise, grey levels
-
-
 def column_of(x: float) -> str:
     """The position answer of a centre at ``x`` px: the third of the frame it lies in."""
     return "left" if x < THIRDS[0] else "middle" if x < THIRDS[1] else "right"
-
-
-def _tone(rng: np.random.Generator, lo: int = 0, hi: int = 255) -> np.ndarray:
-    """An unsaturated colour: a grey level with a tint of at most +-24 per channel."""
-    return np.clip(rng.uniform(lo, hi) + rng.uniform(-24, 24, 3), 0, 255)
-
-
-def _two_tones(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    a = _tone(rng)
-    b = np.clip(a + rng.choice((-1, 1)) * rng.uniform(30, 120) + rng.uniform(-24, 24, 3), 0, 255)
-    return a, b
-
-
-def _grid() -> tuple[np.ndarray, np.ndarray]:
-    return np.meshgrid(np.arange(SIZE, dtype=np.float32), np.arange(SIZE, dtype=np.float32))  # (x, y), each (S, S)
-
-
-def _photo_crop(file: str, rng: np.random.Generator) -> np.ndarray:
-    img = Image.open(photo_dir() / file).convert("RGB")
-    w, h = img.size
-    side = int(min(w, h) * rng.uniform(0.4, 1.0))
-    left, top = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
-    crop = img.crop((left, top, left + side, top + side)).resize((SIZE, SIZE), Image.BILINEAR)
-    return np.asarray(crop, dtype=np.float32)
-
-
-def background(kind: str, rng: np.random.Generator) -> np.ndarray:
-    """(S, S, 3) float32 backdrop of ``kind``, its parameters drawn from ``rng``."""
-    x, y = _grid()
-    if kind == "flat":
-        return np.broadcast_to(_tone(rng), (SIZE, SIZE, 3)).astype(np.float32)
-    if kind in ("gradient", "radial"):
-        a, b = _two_tones(rng)
-        if kind == "gradient":
-            angle = rng.uniform(0, 2 * np.pi)
-            t = (x - SIZE / 2) * np.cos(angle) + (y - SIZE / 2) * np.sin(angle)
-        else:
-            cx, cy = rng.uniform(0, SIZE, 2)
-            t = np.hypot(x - cx, y - cy)
-        t = (t - t.min()) / max(1e-6, float(t.max() - t.min()))
-        return (a + (b - a) * t[..., None]).astype(np.float32)
-    if kind == "noise":  # fine grain, 1-4 px
-        scale = int(rng.choice((1, 2, 4)))
-        base, sd = rng.uniform(40, 215), rng.uniform(10, 45)
-        grain = rng.normal(0, sd, (SIZE // scale, SIZE // scale, 1)).repeat(scale, 0).repeat(scale, 1)
-        return np.clip(base + rng.uniform(-24, 24, 3) + grain, 0, 255).astype(np.float32)
-    if kind == "blobs":  # low frequency, 28-56 px: unlike anything in training
-        cells = int(rng.integers(4, 9))
-        coarse = Image.fromarray(rng.uniform(0, 255, (cells, cells)).astype(np.uint8)).resize((SIZE, SIZE), Image.BICUBIC)
-        v = np.asarray(coarse, dtype=np.float32)[..., None] * rng.uniform(0.3, 0.8)
-        return np.clip(v + rng.uniform(20, 100) + rng.uniform(-24, 24, 3), 0, 255).astype(np.float32)
-    if kind in ("stripes", "checker"):
-        a, b = _two_tones(rng)
-        period = rng.uniform(6, 40)
-        if kind == "stripes":
-            angle = rng.uniform(0, np.pi)
-            on = np.floor(((x * np.cos(angle) + y * np.sin(angle)) / period)) % 2 == 0
-        else:
-            on = (np.floor(x / period) + np.floor(y / period)) % 2 == 0
-        return np.where(on[..., None], a, b).astype(np.float32)
-    if kind == "photo":
-        return _photo_crop(PHOTOS[int(rng.integers(len(PHOTOS)))].file, rng)
-    if kind == "unseen photo":
-        return _photo_crop(HELD_OUT_PHOTOS[int(rng.integers(len(HELD_OUT_PHOTOS)))], rng)
-    raise ValueError(f"unknown background {kind!r}")
-
-
-def film(img: Image.Image, look: Look, rng: np.random.Generator) -> np.ndarray:
-    """The drawn frame as a camera gives it: gain and colour cast, blur, sensor noise; (S, S, 3) uint8."""
-    if look.blur > 0:
-        img = img.filter(ImageFilter.GaussianBlur(look.blur))
-    x = np.asarray(img, dtype=np.float32) * look.gain * np.asarray(look.cast, dtype=np.float32)
-    if look.noise > 0:
-        x = x + rng.normal(0, look.noise, x.shape)
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
-
-
-def draw_look(rng: np.random.Generator, held_out: bool) -> Look:
-    kinds = HELD_OUT_BACKGROUNDS if held_out else BACKGROUNDS
-    blur = float(rng.uniform(*BLUR_RANGE)) if rng.random() < BLUR_SHARE else 0.0
-    return Look(str(kinds[int(rng.integers(len(kinds)))]), gain=float(rng.uniform(*GAIN_RANGE)),
-                cast=tuple(float(c) for c in 1 + rng.uniform(-CAST, CAST, 3)), blur=blur,
-                noise=float(rng.uniform(*NOISE_RANGE)))
 
 
 def side_px_range(fraction: tuple[float, float]) -> tuple[int, int]:

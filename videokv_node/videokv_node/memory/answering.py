@@ -1,0 +1,341 @@
+"""How the engine answers: questions (open, multiple choice), continuations and locate, from memory.
+
+A mixin of ``VideoMemoryEngine`` (as transformers' ``GenerationMixin`` is of its models): it
+reads the engine's adapter, store, sink, policy and question stage, leaves what memory holds
+as it was (a question may bring StreamKV's cached open segment up to date, as an ingest
+would), and records what the last question attended to (``last_layer_blocks``,
+``last_layer_stamps``, ``last_logits``) for evaluation and debugging. The flow:
+
+    question -> candidates (camera / time filter) -> policy.select
+             -> one prefill pass, each layer attending to its own blocks
+             -> question stage (TGV-KV eviction) -> answer
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.block_index import Candidates
+from videokv_node.memory.config import OPTION_SCORINGS
+from videokv_node.memory.encoding import EncodeJob
+from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
+from videokv_node.memory.policy import QuestionSelection, present_in
+from videokv_node.memory.question import Answer, Continuations, Evidence, Question, RequestError
+from videokv_node.memory.question_span import question_span
+from videokv_node.memory.retrieval_cache import QueryCapture, RetrievingCache, place_layer
+from videokv_node.pose import Pose
+
+
+class AnsweringMixin:
+    """Questions, continuations and locate for ``VideoMemoryEngine`` (the engine's thread only)."""
+
+    def validate(self, question: Question, list_options: bool = True) -> list[int]:
+        """Refuse a malformed question before any work; returns its token ids.
+
+        ``list_options``: the options are listed in the prompt (letter scoring); False: the
+        question is asked open and its options are scored as answers (likelihood scoring).
+        """
+        if not question.text.strip():
+            raise RequestError("question is empty")
+        if any(not opt.strip() for opt in question.options):
+            raise RequestError("options must not contain empty strings")
+        if len(question.options) == 1:
+            raise RequestError("a multiple-choice question needs at least 2 options")
+        if len(question.options) > 26:
+            raise RequestError("at most 26 options (A-Z)")
+        if question.since_ns < 0 or question.until_ns < 0:
+            raise RequestError("since and until must not be negative")
+        if question.until_ns and question.since_ns > question.until_ns:
+            raise RequestError(f"since ({question.since_ns} ns) is after until ({question.until_ns} ns)")
+        if question.max_new_tokens < 0:
+            raise RequestError("max_new_tokens must not be negative")
+        if question.max_new_tokens > self.generation.max_new_tokens_limit:
+            raise RequestError(f"max_new_tokens {question.max_new_tokens} exceeds the limit {self.generation.max_new_tokens_limit}")
+        ids = self.adapter.question_ids(question.text, question.options if list_options else [])
+        if len(ids) > self.config.max_question_tokens:
+            raise RequestError(
+                f"question is {len(ids)} tokens, longer than the limit of {self.config.max_question_tokens} (memory.max_question_tokens)"
+            )
+        return ids
+
+    def candidates(self, question: Question) -> list[FrameBlock]:
+        """Blocks of the asked cameras whose frames all lie in the asked time window (time order).
+
+        All, not any: a block that also holds frames outside the window (a StreamKV summary
+        or merged frame, a MuKV segment) would make the answer rest on them, and the
+        evidence cite them, though the caller asked about the window only.
+        """
+        return self._candidate_set(question).blocks()
+
+    def _candidate_set(self, question: Question) -> Candidates:
+        """``candidates`` as a mask over the store's index: one vector comparison, no walk over memory."""
+        mask = self.store.index.candidate_mask(question.cameras, question.since_ns, question.until_ns)
+        return Candidates(self.store.index, mask)
+
+    @staticmethod
+    def _matches(question: Question, camera: str, stamps: tuple[int, ...]) -> bool:
+        if question.cameras and camera not in question.cameras:
+            return False
+        until = question.until_ns or None
+        return all(s >= question.since_ns and (until is None or s <= until) for s in stamps)
+
+    @torch.inference_mode()
+    def ask(self, question: Question, on_token=None, option_scoring: str | None = None) -> Answer:
+        """Answer from memory. ``on_token(text_so_far)`` is called per generated token if given.
+
+        A multiple-choice question is scored by ``option_scoring`` (None: the config's
+        ``answer.option_scoring``): ``likelihood`` (``_ask_by_likelihood``) or ``letter`` (the
+        options listed in the prompt, the letters' logits read from the prefill). Either way no
+        text is generated and ``ttft_s`` is the time to the scores.
+        """
+        scoring = option_scoring or self.generation.answer.option_scoring
+        if scoring not in OPTION_SCORINGS:
+            raise RequestError(f"unknown option scoring {scoring!r}; use one of {OPTION_SCORINGS}")
+        if question.options and scoring == "likelihood":
+            return self._ask_by_likelihood(question, on_token)
+        t0 = time.perf_counter()
+        ids = self.validate(question)
+        max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
+        # Multiple choice is read from the prefill's logits: a question stage, which only changes
+        # decoding, has nothing to do there, so it does not even collect attention.
+        stage = self.question_stage if not question.options else None
+        logits, cache, chosen, next_pos = self._prefill(question, ids, max_new, stage)
+        ttft = time.perf_counter() - t0
+        if question.options:
+            letter_ids = self.adapter.option_token_ids(len(question.options))
+            probs = torch.softmax(logits[letter_ids], dim=0)
+            index = int(torch.argmax(probs))
+            text, scores = question.options[index], probs.tolist()
+            if on_token:
+                on_token(text)
+        else:
+            text = self._generate(logits, cache, next_pos + len(ids), max_new, on_token)
+            index, scores = -1, []
+        return Answer(text, index, scores, self._evidence(chosen), ttft, time.perf_counter() - t0, self._context_len)
+
+    def _ask_by_likelihood(self, question: Question, on_token=None) -> Answer:
+        """Multiple choice by the likelihood of each option's text as the answer.
+
+        The question is asked open (its options are not listed in the prompt) and every option
+        is scored as the answer's continuation on the one cached question context
+        (``_continuation_logprobs``). Options of different token lengths are made comparable by
+        the **mean** log-probability per token: a sum would favour the shortest option (every
+        extra token only adds a negative term), whatever the memory says. ``option_scores`` is
+        the softmax of the means (sums to 1); ties go to the first option. Every option must
+        also fit ``memory.max_question_tokens`` on its own, else RequestError.
+        """
+        t0 = time.perf_counter()
+        self.validate(question, list_options=False)
+        open_question = dataclasses.replace(question, options=[])
+        per_token, chosen = self._continuation_logprobs(open_question, list(question.options))
+        means = torch.tensor([sum(lp) / len(lp) for lp in per_token], dtype=torch.float64)
+        probs = torch.softmax(means, dim=0)
+        index = int(torch.argmax(probs))
+        if on_token:
+            on_token(question.options[index])
+        total = time.perf_counter() - t0
+        return Answer(question.options[index], index, probs.tolist(), self._evidence(chosen), total, total, self._context_len)
+
+    @torch.inference_mode()
+    def score_continuations(self, question: Question, continuations: list[str]) -> Continuations:
+        """Summed log-probability of each continuation's tokens as the answer to the open ``question``.
+
+        Cloze-style multiple choice: the memory is assembled and the question prefilled once
+        (then the question stage, as before decoding); every continuation is scored on that
+        same cache, which is cut back to it after each one, so the stream is never re-encoded
+        and the continuations never see each other. ``question.options`` must be empty: the
+        continuations are the options.
+        """
+        t0 = time.perf_counter()
+        if question.options:
+            raise RequestError("score_continuations takes the options as continuations; question.options must be empty")
+        ttft: list[float] = []
+        per_token, chosen = self._continuation_logprobs(question, continuations, lambda: ttft.append(time.perf_counter() - t0))
+        return Continuations([sum(lp) for lp in per_token], self._evidence(chosen), ttft[0], time.perf_counter() - t0,
+                             self._context_len, [len(lp) for lp in per_token])
+
+    @torch.inference_mode()
+    def _continuation_logprobs(self, question: Question, continuations: list[str], prefilled=None):
+        """Per continuation, the log-probability (natural log) of each of its tokens as the answer
+        to the open ``question``, and the blocks attended to by id.
+
+        One context assembly and one question prefill (then the question stage, as before
+        decoding); each continuation is fed token by token on that cache, cut back to it after
+        each one, so the continuations never see each other. ``prefilled()`` is called once the
+        question is prefilled. Refuses (RequestError) an empty continuation or one longer than
+        ``memory.max_question_tokens``.
+        """
+        if not continuations or any(not c.strip() for c in continuations):
+            raise RequestError("continuations must be non-empty strings, at least one")
+        ids = self.validate(question)
+        tokens = [self.adapter.text_ids(c) for c in continuations]
+        for text, cont in zip(continuations, tokens):
+            if len(cont) > self.config.max_question_tokens:
+                raise RequestError(
+                    f"option {text[:40]!r} is {len(cont)} tokens, longer than the limit of "
+                    f"{self.config.max_question_tokens} (memory.max_question_tokens)"
+                )
+        logits, cache, chosen, next_pos = self._prefill(question, ids, max(map(len, tokens)), self.question_stage)
+        if prefilled is not None:
+            prefilled()
+        per_token = []
+        for cont in tokens:
+            step_logits, pos, lps = logits, next_pos + len(ids), []
+            for i, token in enumerate(cont):
+                lps.append(float(torch.log_softmax(step_logits.double(), dim=0)[token]))
+                if i + 1 < len(cont):  # the last token's successor is never needed
+                    embeds = self.adapter.embed_tokens([token])  # (1, 1, hidden)
+                    step_logits = self.adapter.forward(embeds, self.adapter.text_positions(pos, 1), cache)
+                    pos += 1
+            for layer in cache.layers:
+                layer.crop(-(len(cont) - 1))  # back to the question's context (crop(0) is a no-op)
+            per_token.append(lps)
+        return per_token, chosen
+
+    def _prefill(self, question: Question, ids: list[int], max_new: int, stage):
+        """Assemble the question's context and prefill its ``ids`` on it, then run ``stage`` (if any).
+
+        Returns (first answer token's logits, cache, blocks attended to by id, position of the first
+        question token); refuses (RequestError) a question with nothing to attend to or too long a context.
+        """
+        candidates = self._candidate_set(question)
+        # Frames a policy has not encoded into blocks yet (an open segment): the question attends to all of
+        # them when they all match (the policy's cached KV, or encoded for this question), else to none.
+        pending = [u for u in self.policy.pending_units() if self._matches(question, u.camera, u.stamps_ns or (u.stamp_ns,))]
+        if not candidates.count and not pending:
+            what = f"cameras {question.cameras}" if question.cameras else "all cameras"
+            raise RequestError(f"no frames in memory for {what} in the requested time window")
+        selection = self.policy.select(self.store, candidates, self.probe, question.text)
+        if pending:
+            if len(pending) == len(self.policy.pending_units()):
+                selection.fixed = selection.fixed + self.policy.pending_blocks(self.host)
+            else:
+                selection.fixed = selection.fixed + self.encode_units(EncodeJob(pending))
+        geo = self.adapter.geometry
+        rows = question_span(self.adapter, question.text, question.options) if selection.query == "question" else None
+        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, rows=rows)
+        cache, chosen, next_pos = self._question_cache(selection, capture)
+        if next_pos + len(ids) + max_new > self.adapter.max_positions:
+            raise RequestError(f"context of {next_pos + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
+        positions = self.adapter.text_positions(next_pos, len(ids))
+        observer = stage.observer(self.sink.n_tokens, len(ids)) if stage is not None else None
+        with capture.attached(self.adapter.query_modules()):
+            logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
+        self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
+        # Per layer, the frames attended to (evaluation's needle recall, eval/recall.py), read now:
+        # a block may leave memory later, and a question-only block (an open segment) never enters it.
+        self.last_layer_stamps = [
+            sorted({s for bid in ids for s in chosen[bid].stamps_ns if chosen[bid].stamp_ns > 0 or chosen[bid].kind != "summary"})
+            for ids in self.last_layer_blocks
+        ]
+        if stage is not None:
+            stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
+        return logits, cache, chosen, next_pos
+
+    @torch.inference_mode()
+    def locate(self, query: LocateQuery) -> LocateResult:
+        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``); no text generated.
+
+        Ranked by the policy's retrieval scores where it has them, else by one question prefill's
+        attention mass. Refuses (RequestError, nothing changed) an empty query, ``top_k`` < 1, a bad
+        time window, a query longer than ``memory.max_question_tokens``, or no frames to rank.
+        """
+        t0 = time.perf_counter()
+        if query.top_k < 1:
+            raise RequestError(f"top_k must be at least 1, got {query.top_k}")
+        question = Question(query.text, cameras=list(query.cameras), since_ns=query.since_ns, until_ns=query.until_ns)
+        ids = self.validate(question)  # empty text, window and length checks, as for a question
+        candidates = self.candidates(question)
+        scores = self.policy.locate_scores(candidates, self.probe, query.text)
+        if scores is not None:
+            blocks, values, method = candidates, scores.tolist(), "retrieval"
+        else:
+            mass = AttentionMass()
+            _, _, chosen, _ = self._prefill(question, ids, 1, mass)
+            per_block = block_masses(mass, self.last_layer_blocks, chosen, self.sink.n_tokens)
+            blocks = [chosen[bid] for bid in per_block]
+            values, method = list(per_block.values()), "attention"
+        moments = rank_moments(blocks, values, query.top_k)
+        return LocateResult(moments, method, time.perf_counter() - t0)
+
+    @staticmethod
+    def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:
+        """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
+        each with the robot's pose when it was taken where the frame came with one."""
+        cited: dict[tuple[int, str], Pose | None] = {}
+        for b in chosen.values():
+            if b.stamp_ns > 0 or b.kind != "summary":
+                for s in b.stamps_ns:
+                    if cited.get((s, b.camera)) is None:
+                        cited[(s, b.camera)] = b.pose_at(s)
+        return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]
+
+    def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
+        """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.
+
+        ``last_layer_blocks[layer]`` records the block ids each layer attended to (for tests and debugging).
+        """
+        n_layers = self.adapter.geometry.n_layers
+        fixed = present_in(selection.fixed, n_layers)
+        k = min(selection.k, selection.pool_size)
+        static = selection.per_layer
+        if static is None and k == selection.pool_size:  # everything fits: no scoring
+            pool = selection.pool_blocks()
+            static = [list(pool) for _ in range(n_layers)]
+        if static is not None:
+            per_layer = [
+                sorted(fixed[l] + [b for b in static[l] if b.layers[l] is not None], key=lambda b: b.order)
+                for l in range(n_layers)
+            ]
+            targets, next_pos = self.policy.layout(self.sink.n_tokens, per_layer)
+            cache = self._place(per_layer, targets)
+            self.last_layer_blocks = [[b.block_id for b in blocks] for blocks in per_layer]
+            self._context_len = max(self.sink.n_tokens + sum(b.layer_tokens(l) for b in blocks) for l, blocks in enumerate(per_layer))
+            return cache, {b.block_id: b for blocks in per_layer for b in blocks}, next_pos
+        # ReKV's in-pass per-layer retrieval: every layer attends to the same number of tokens.
+        if selection.pool_set is None:
+            selection.pool_set = Candidates.of(self.store.index, selection.pool)
+        index, pool_mask = self.store.index, selection.pool_set.mask
+        sizes = index.tokens[pool_mask]  # (N, L) kept tokens, read on the index: no walk over the pool
+        uniform = sizes.numel() == 0 or bool((sizes == sizes[0, 0]).all() and (index.encoded[pool_mask] == sizes[0, 0]).all())
+        if not uniform or any(b.layer_tokens(l) != b.n_tokens for b in selection.fixed for l in range(n_layers)):
+            raise RuntimeError("per-layer retrieval needs uncompressed, equal-size blocks")
+        # The plan's layout needs only its sizes: k pool blocks of the pool's one size (any k of them).
+        plan = sorted(selection.fixed + index.blocks_of(index.newest(pool_mask, k)), key=lambda b: b.order)
+        _, next_pos = self.policy.layout(self.sink.n_tokens, [plan])
+        n_ctx = self.sink.n_tokens + sum(b.n_tokens for b in plan)
+        self._context_len = n_ctx
+        chosen: dict[int, FrameBlock] = {b.block_id: b for b in selection.fixed}
+        self.last_layer_blocks = [[] for _ in range(n_layers)]
+
+        def materialize(layer: int):
+            query = capture.mean(layer)  # (H, D)
+            picked = index.blocks_of(index.top_k(query, layer, pool_mask, k))
+            blocks = sorted(selection.fixed + picked, key=lambda b: b.order)
+            chosen.update((b.block_id, b) for b in picked)
+            self.last_layer_blocks[layer] = [b.block_id for b in blocks]
+            targets, _ = self.policy.layout(self.sink.n_tokens, [blocks])
+            return place_layer(self.adapter, self.store, self.sink, blocks, targets[0], layer)
+
+        return RetrievingCache(n_ctx, materialize, n_layers), chosen, next_pos
+
+    def _generate(self, logits: torch.Tensor, cache, next_pos: int, max_new: int, on_token) -> str:
+        """Greedy decoding; stops at end-of-turn or ``max_new`` tokens."""
+        out: list[int] = []
+        eos = self.adapter.eos_token_ids
+        for step in range(max_new):
+            token = int(torch.argmax(logits))
+            if token in eos:
+                break
+            out.append(token)
+            if on_token:
+                on_token(self.adapter.decode(out))
+            if step + 1 == max_new:
+                break
+            logits = self.adapter.forward(self.adapter.embed_tokens([token]), self.adapter.text_positions(next_pos, 1), cache)
+            next_pos += 1
+        return self.adapter.decode(out).strip()

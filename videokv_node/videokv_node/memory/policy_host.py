@@ -1,0 +1,59 @@
+"""What a memory policy may ask of the engine it is plugged into, and nothing more.
+
+A policy decides; the engine encodes, stores and counts. Some decisions need the engine's
+help: HERMES places the cache after the prompt sink to score it and mints an id for its
+summary token, StreamKV encodes its open segment ahead of time, policies with guidance
+prompts read a text's queries. ``PolicyHost`` names exactly that, so a policy depends on
+this protocol, never on the engine class (no import cycle, and no way to reach the rest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.encoding import EncodeJob
+from videokv_node.memory.retrieval_cache import Sink
+
+# probe(text) -> (L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
+Probe = Callable[[str], torch.Tensor]
+
+
+class PolicyHost(Protocol):
+    """The engine as a policy sees it."""
+
+    @property
+    def store(self) -> BlockStore:
+        """The blocks held; a policy reads it and asks it to compress, never to add frame blocks."""
+
+    @property
+    def sink(self) -> Sink:
+        """The prompt sink's K/V (L, H, S, D), fixed for the engine's life."""
+
+    def new_block_id(self) -> int:
+        """An id for a block the policy makes itself (HERMES' summary token): ids only increase."""
+
+    def encode_units(self, job: EncodeJob, provisional: bool = False) -> list[FrameBlock]:
+        """Blocks of ``job``'s units, encoded after the policy's encoding context, not stored
+        (``provisional``: negative ids, none spent)."""
+
+    def probe(self, text: str) -> torch.Tensor:
+        """(L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink."""
+
+
+@dataclass(slots=True)
+class EngineHost:
+    """A ``PolicyHost`` made of the engine's store, sink and three of its methods: what the engine
+    hands its policy (``MemoryPolicy.setup``), so the policy holds these, not the engine. Only the
+    engine changes it (``sink`` is dropped on ``close``)."""
+
+    store: BlockStore
+    sink: Sink | None
+    new_block_id: Callable[[], int]
+    encode_units: Callable[..., list[FrameBlock]]
+    probe: Probe

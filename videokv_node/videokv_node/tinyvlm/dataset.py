@@ -1,0 +1,74 @@
+"""``videokv-tiny``'s training set: the questions (the data recipe) and the frozen encoder's features of their frames.
+
+``build_examples`` draws every question from one seed; ``pooled_features`` runs each distinct scene
+through the frozen encoder once and pools it as the projector reads it, and ``cached_features``
+keeps those features in a file between runs (encoding is most of a run's cost on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from videokv_node.models.efficientnet_lite import normalise
+from videokv_node.models.videokv_tiny import Projector
+from videokv_node.tinyvlm.render import render
+from videokv_node.tinyvlm.scenes import Example, Scene, SceneSampler
+from videokv_node.tinyvlm.variety import OPTION_VALUES, VariedSampler, with_letter_options
+
+
+def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream: int, n_photo: int = 0,
+                   photo_crops: int = 0, n_varied: int = 0, varied_pool: int = 0, letter_share: float = 0.0) -> list[Example]:
+    """The data set: ``n_frame`` single-frame questions then ``n_stream`` stream questions of 2 to
+    ``max_stream`` frames, about column scenes from a pool of about ``pool``, then ``n_photo`` questions about
+    ``photo_crops`` crops of each real photo, then ``n_varied`` questions about free-shape scenes on varied
+    backgrounds (``tinyvlm.variety.VariedSampler``, a pool of about ``varied_pool``; never a held-out size,
+    background or wording), shuffled by ``seed``.
+
+    ``letter_share``: that share of the column, stream and varied questions whose kind has a fixed answer set
+    (``OPTION_VALUES``) is asked as multiple choice in the node's letter format (``with_letter_options``), drawn
+    by a generator of its own so the questions themselves are those of ``letter_share`` 0."""
+    sampler = SceneSampler(seed, pool=pool, photo_crops=photo_crops)
+    examples = [sampler.frame_question() for _ in range(n_frame)]
+    examples += [sampler.stream_question(n_max=max_stream) for _ in range(n_stream)]
+    if n_varied:
+        varied = VariedSampler(seed, pool=varied_pool or None)
+        examples += [varied.question() for _ in range(n_varied)]
+    if letter_share:
+        rng = np.random.default_rng([seed, 2])
+        examples = [with_letter_options(ex, OPTION_VALUES[ex.kind], rng)
+                    if ex.kind in OPTION_VALUES and rng.random() < letter_share else ex for ex in examples]
+    examples += [sampler.photo_question() for _ in range(n_photo)]
+    order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))
+    return [examples[i] for i in order]
+
+
+@torch.inference_mode()
+def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: int = 16) -> dict[Scene, torch.Tensor]:
+    """Scene -> (cols, rows * (1280 + 80)) pooled frozen features, each distinct scene encoded once."""
+    unique = list(dict.fromkeys(scenes))
+    out = {}
+    for i in range(0, len(unique), batch):
+        chunk = unique[i : i + batch]
+        pixels = torch.stack([torch.from_numpy(render(s)).permute(2, 0, 1) for s in chunk]).float() / 255.0  # (b, 3, 224, 224)
+        pooled = projector.pool(*encoder.feature_levels(normalise(pixels)))  # (b, cols, rows * (1280 + 80))
+        out.update(zip(chunk, pooled))
+    return out
+
+
+def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene]) -> dict[Scene, torch.Tensor]:
+    """``pooled_features``, kept in ``path`` between runs; only scenes the file lacks are encoded."""
+    unique = list(dict.fromkeys(scenes))
+    features = {}
+    if path is not None and path.is_file():
+        saved = torch.load(path, weights_only=False)
+        wanted = set(unique)
+        features = {s: f for s, f in zip(saved["scenes"], saved["features"]) if s in wanted}
+        if len(features) == len(unique):
+            return features
+    features.update(pooled_features(encoder, projector, [s for s in unique if s not in features]))
+    if path is not None:
+        torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
+    return features
