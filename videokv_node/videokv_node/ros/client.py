@@ -133,8 +133,9 @@ class MemoryClient:
             return StreamedAnswer(rejected, texts, GoalStatus.STATUS_UNKNOWN)
         with lock:
             handle = goal_handle
-            if cancel_wanted:
-                self._on_executor(goal_handle.cancel_goal_async, deadline)
+            cancel_now = cancel_wanted  # feedback asked for a cancel before the goal was accepted
+        if cancel_now:  # not under the lock: on_feedback takes it on the executor thread this waits for
+            self._on_executor(goal_handle.cancel_goal_async, deadline)
         response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
         return StreamedAnswer(response.result, texts, response.status)
 
