@@ -15,6 +15,7 @@
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
+#   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles (about 15 minutes)
 #
@@ -34,7 +35,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
+.PHONY: setup build test docs demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -45,6 +46,9 @@ build: setup
 
 test: build
 	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
+
+docs:
+	. ./env.sh && python -m videokv_node.parameters_doc
 
 demo: build
 	. ./env.sh && python -m videokv_node.ros.demo --model $(MODEL) --policy $(POLICY)
