@@ -4,6 +4,7 @@
 #   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
 #   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
+#   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
@@ -15,7 +16,6 @@
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
-#   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles (about 15 minutes)
 #

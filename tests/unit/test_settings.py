@@ -136,3 +136,11 @@ def test_the_reference_lists_every_parameter_once_with_its_paper_values():
 def test_param_info_is_none_for_plain_fields():
     assert param_info(dataclasses.fields(MemoryConfig)[-1]) is None  # the tgvkv section
     assert param_info(dataclasses.fields(MemoryConfig)[0]).doc.startswith("memory policy")
+
+
+def test_the_policy_docs_have_a_row_per_declared_policy():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "POLICIES.md").read_text()
+    missing = [name for name in POLICIES if f"\n| `{name}` |" not in text]
+    assert not missing, f"docs/POLICIES.md's policy table has no row for {missing}"
