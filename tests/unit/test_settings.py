@@ -15,7 +15,8 @@ from videokv_node.memory import config as memory_config
 from videokv_node.memory.config import POLICIES, POLICY_CONFIGS, GenerationConfig, MemoryConfig, StreamKVConfig
 from videokv_node.memory.policies import POLICY_CLASSES
 from videokv_node.memory.policies import registry
-from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_for, model_defaults, parameters
+from videokv_node.node_settings import model_defaults
+from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_for, parameters
 
 # Written out here, independently of the metadata: the parameters `ros2 param set` may change.
 EXPECTED_RUNTIME = {
@@ -144,3 +145,14 @@ def test_the_policy_docs_have_a_row_per_declared_policy():
     text = (Path(__file__).resolve().parents[2] / "docs" / "POLICIES.md").read_text()
     missing = [name for name in POLICIES if f"\n| `{name}` |" not in text]
     assert not missing, f"docs/POLICIES.md's policy table has no row for {missing}"
+
+
+def test_the_eval_cli_names_every_declared_policy_without_importing_memory():
+    import subprocess
+    import sys
+
+    policy_help = next(a.help for a in bag_parser()._actions if "--policy" in a.option_strings)
+    assert all(name in policy_help for name in POLICIES), policy_help
+    # --help stays fast: the model defaults come from node_settings, which never imports memory/ (torch).
+    code = "import sys; from videokv_node.eval.__main__ import bag_parser; bag_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

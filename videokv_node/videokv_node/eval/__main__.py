@@ -21,10 +21,9 @@ USAGE_ERROR, RUN_ERROR = 2, 1
 
 
 def _memory_arguments(parser: argparse.ArgumentParser) -> None:
-    from videokv_node.memory.config import POLICIES
-    from videokv_node.settings import model_defaults
+    from videokv_node.node_settings import model_defaults
 
-    node = model_defaults()  # the node's own defaults (videokv_node/settings.py)
+    node = model_defaults()  # the node's own defaults (videokv_node/node_settings.py; light: no torch for --help)
     g = parser.add_argument_group("memory settings (the node's parameters, config/memory.yaml)")
     g.add_argument("--model", default=node["model"],
                    help="videokv-tiny (the node's default), tiny or tiny-qwen2.5-vl (random weights), or a local checkpoint directory")
@@ -32,7 +31,7 @@ def _memory_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default=node["dtype"])
     g.add_argument("--seed", type=int, default=node["seed"], help="seed of a tiny model's random weights")
     g.add_argument("--torch-threads", type=int, default=node["torch_threads"], help="intra-op CPU threads (0: torch's default)")
-    g.add_argument("--policy", help=f"memory.policy: {', '.join(POLICIES)}")
+    g.add_argument("--policy", help="memory.policy: full, rekv, streamkv, hermes, mukv")  # tests/unit/test_settings.py checks the list
     g.add_argument("--budget-tokens", type=int, help="memory.budget_tokens")
     g.add_argument("--sample-fps", type=float, help="frames per second per camera entering memory (0: all)")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",

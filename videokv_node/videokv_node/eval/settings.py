@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
-from videokv_node.settings import ENGINE_SECTIONS, build_sections, defaults_for, model_defaults, parameters
+from videokv_node.node_settings import model_defaults
+from videokv_node.settings import ENGINE_SECTIONS, build_sections, defaults_for, parameters
 
 
 def _defaults() -> dict[str, object]:

@@ -27,10 +27,8 @@ from rclpy.parameter import Parameter
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.presets import preset_values
 # Re-exported: the node and its tests take the settings' types from here.
-from videokv_node.settings import (  # noqa: F401
-    QOS_PROFILES, RUNTIME, LocateSettings, NodeSettings, Settings, SpavaSettings, build_settings, defaults_for,
-    parameter_table, parameters,
-)
+from videokv_node.node_settings import NodeSettings, SpavaSettings  # noqa: F401
+from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_for, parameter_table, parameters  # noqa: F401
 
 # The (preset, policy) each node's parameter defaults were declared for (see ``declare``).
 _DECLARED_FOR: "weakref.WeakKeyDictionary[Node, tuple[str, str]]" = weakref.WeakKeyDictionary()
