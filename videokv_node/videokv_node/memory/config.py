@@ -10,7 +10,8 @@ where the paper gave none and we chose, and where ``robot`` departs from the pap
 
 The memory policies are declared here with their hyper-parameters' dataclass (``policy_config``):
 ``POLICIES``, ``MemoryConfig``'s sections (checked at import), the node's parameters and the docs
-follow that declaration, and each policy class names its config (``memory/policies/``).
+follow that declaration, and each policy class registers itself under that name
+(``memory/policies/registry.py``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ HERMES_GLOBAL_QUERY = "Summarize the video narrative, identifying main character
 
 
 # The memory policies in declaration order, each with the dataclass of its hyper-parameters (the
-# parameters memory.<name>.*), or None for a policy without any. Filled by ``policy_config`` below
-# only; memory/policies/ registers a class for each name (``register_policy``).
+# parameters memory.<name>.*), or None for a policy without any. Filled by ``declare_policy`` and
+# ``policy_config`` below only; memory/policies/ registers a class for each name (``register_policy``).
 POLICY_CONFIGS: dict[str, type | None] = {}
 
 
