@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -156,3 +157,22 @@ def test_the_eval_cli_names_every_declared_policy_without_importing_memory():
     # --help stays fast: the model defaults come from node_settings, which never imports memory/ (torch).
     code = "import sys; from videokv_node.eval.__main__ import bag_parser; bag_parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in parameters().items() if p.info.choices))
+def test_a_choice_parameter_takes_its_choices_and_refuses_others(name):
+    p = parameters()[name]
+    values = {n: q.default for n, q in parameters().items()}
+    if isinstance(p.default, list):
+        assert set(p.default) <= set(p.info.choices)
+        for choice in p.info.choices:  # any one of them alone
+            build_settings({**values, name: [choice]})
+        bad = [p.info.choices[0], "bogus"]
+    else:
+        assert p.default in p.info.choices
+        for choice in p.info.choices:
+            extra = {"vision.calibration_dir": "/frames"} if (name, choice) == ("vision.precision", "int8") else {}
+            build_settings({**values, name: choice, **extra})
+        bad = "bogus"
+    with pytest.raises(ConfigError, match=re.escape(name)):  # the error names the parameter
+        build_settings({**values, name: bad})

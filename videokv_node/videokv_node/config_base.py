@@ -38,6 +38,7 @@ class ParamInfo:
     zero_ok: bool = False  # integers: 0 is meaningful ("none", "default", "off")
     fraction: bool = False  # doubles: a share in [0, 1]
     unbounded: bool = False  # doubles: no range (negative values mean something or are clamped where used)
+    choices: tuple[str, ...] = ()  # strings: the values it takes (string lists: a subset of them); for the docs, checked by the dataclass
 
     def int_range(self) -> tuple[int, int]:
         return (0 if self.zero_ok else 1), INT64_MAX
@@ -48,7 +49,10 @@ class ParamInfo:
         return 0.0, (1.0 if self.fraction else FLOAT_MAX)
 
     def range_text(self, default: object) -> str:
-        """The range in words for docs/PARAMETERS.md ("" for booleans, strings and lists)."""
+        """The range in words for docs/PARAMETERS.md ("" for booleans, free strings and lists)."""
+        if self.choices:
+            values = ", ".join(f"`{c}`" for c in self.choices)
+            return f"subset of {values}" if isinstance(default, (list, tuple)) else values
         if isinstance(default, bool):
             return ""
         if isinstance(default, int):
@@ -60,11 +64,12 @@ class ParamInfo:
 
 
 def param(default: Any = dataclasses.MISSING, doc: str = "", *, default_factory: Any = dataclasses.MISSING,
-          runtime: bool = False, zero_ok: bool = False, fraction: bool = False, unbounded: bool = False) -> Any:
+          runtime: bool = False, zero_ok: bool = False, fraction: bool = False, unbounded: bool = False,
+          choices: tuple[str, ...] = ()) -> Any:
     """A dataclass field that is a node parameter: its default, meaning (``doc``) and range kind."""
     if not doc:
         raise ValueError("a parameter needs a description")
-    info = ParamInfo(doc, runtime=runtime, zero_ok=zero_ok, fraction=fraction, unbounded=unbounded)
+    info = ParamInfo(doc, runtime=runtime, zero_ok=zero_ok, fraction=fraction, unbounded=unbounded, choices=tuple(choices))
     return dataclasses.field(default=default, default_factory=default_factory, metadata={META_KEY: info})
 
 

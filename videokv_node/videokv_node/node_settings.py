@@ -27,7 +27,7 @@ class NodeSettings:
     torch_threads: int = param(0, "intra-op CPU threads for torch; 0 = torch's default (all cores); limit it on a shared robot CPU", zero_ok=True)
     image_topics: tuple[str, ...] = param(("image",), "sensor_msgs/Image topics, one per camera (remappable)")
     compressed_topics: tuple[str, ...] = param((), "sensor_msgs/CompressedImage topics (topics ending in /compressed are compressed too)")
-    camera_qos: str = param("sensor_data", "QoS of camera subscriptions: sensor_data (best effort), reliable or system_default")
+    camera_qos: str = param("sensor_data", "QoS of camera subscriptions: sensor_data (best effort), reliable or system_default", choices=QOS_PROFILES)
     camera_qos_depth: int = param(0, "history depth of camera subscriptions; 0 = the profile's own (sensor_data 5, reliable 10)", zero_ok=True)
     queue_size: int = param(8, "frames waiting for the model worker; the oldest is dropped (and counted) when full")
     max_pending_questions: int = param(4, "questions waiting for the model; more are refused with success=false")

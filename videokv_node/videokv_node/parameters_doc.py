@@ -86,7 +86,7 @@ def render() -> str:
     for group, params in groups.items():
         with_paper = group.startswith("memory")
         out += [f"### {_title(group)}", ""]
-        out.append("| parameter | default (robot) | " + ("paper preset | " if with_paper else "") + "range | run time | meaning |")
+        out.append("| parameter | default (robot) | " + ("paper preset | " if with_paper else "") + "range or values | run time | meaning |")
         out.append("|---|---|" + ("---|" if with_paper else "") + "---|---|---|")
         out += [_row(p, with_paper) for p in params]
         out.append("")

@@ -44,8 +44,8 @@ class PoseConfig:
     """Where poses come from; the ROS parameters map onto these fields one to one."""
 
     pose_topic: str = param("", "robot pose topic (nav_msgs/Odometry, geometry_msgs/PoseStamped or PoseWithCovarianceStamped); each sampled frame stores the pose interpolated at its stamp; empty: no poses")
-    pose_type: str = param("auto", f"message type of pose_topic: {', '.join(POSE_TYPES)} (auto: as the topic graph shows it; the subscription waits until the topic appears)")
-    pose_source: str = param("topic", f"where poses come from: {' or '.join(POSE_SOURCES)} (tf: the transform pose_frame <- base_frame at each frame's stamp; needs tf2_ros, i.e. ROS 2 from apt)")
+    pose_type: str = param("auto", f"message type of pose_topic: {', '.join(POSE_TYPES)} (auto: as the topic graph shows it; the subscription waits until the topic appears)", choices=POSE_TYPES)
+    pose_source: str = param("topic", f"where poses come from: {' or '.join(POSE_SOURCES)} (tf: the transform pose_frame <- base_frame at each frame's stamp; needs tf2_ros, i.e. ROS 2 from apt)", choices=POSE_SOURCES)
     pose_frame: str = param("map", "pose_source tf: the fixed frame poses are expressed in")
     base_frame: str = param("base_link", "pose_source tf: the robot frame whose pose is stored")
     pose_tolerance_s: float = param(0.1, "a frame at most this far before the oldest or after the newest pose gets that pose; further out it gets none (counted)")

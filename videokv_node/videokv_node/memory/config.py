@@ -29,6 +29,7 @@ REKV_QUERIES = ("prompt", "question")
 SIMILARITIES = ("tokens", "mean")
 HERMES_PSEUDO_MODES = ("probe", "live")
 HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
+HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")
 GRANULARITIES = ("patch", "frame", "segment")
@@ -81,7 +82,7 @@ class ReKVConfig:
     """ReKV (the baseline; Di et al., ICLR 2025, public code Becomebright/ReKV), its question-time choices.
     Its retrieval count and window are MemoryConfig's own (``retrieve_frames``, ``local_window_tokens``)."""
 
-    query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)")
+    query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
     question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
 
     def __post_init__(self) -> None:
@@ -94,7 +95,7 @@ class StreamKVConfig:
     """StreamKV (seed 000); defaults from its experimental setup."""
 
     similarity_threshold: float = param(0.99, "StreamKV: adjacent-frame cosine below this starts a segment (paper: 0.99)", fraction=True)
-    similarity: str = param("tokens", "StreamKV: adjacent-frame similarity, cosine of the flattened token features (tokens, Eq. 1 as printed) or of their means (mean, StreamKV's code)")  # tokens: the (T, D) features flattened
+    similarity: str = param("tokens", "StreamKV: adjacent-frame similarity, cosine of the flattened token features (tokens, Eq. 1 as printed) or of their means (mean, StreamKV's code)", choices=SIMILARITIES)  # tokens: the (T, D) features flattened
     min_segment_frames: int = param(4, "StreamKV m: segments are at least this many frames (paper: 4)")  # the exclusion window
     max_segment_frames: int = param(64, "StreamKV M: longer segments merge their most similar adjacent pair (paper: 64)")
     max_segment_s: float = param(30.0, "StreamKV: an open segment spanning longer than this (stamps) closes at the next frame; 0: no cap (ours, not the paper's)")
@@ -130,17 +131,17 @@ class HermesConfig:
     recency_rate_deep: float = param(20.0, "HERMES: the middle layers' forgetting rate moves linearly from recency_rate to this at the deep end (HERMES' script: 0.5; robot: 20, fixed)")
     omega0: float = param(1.0, "HERMES: middle-layer recency weight at the shallow boundary; omega is clamped to [0, 1] (ours: 1.0)", unbounded=True)
     omega_gamma: float = param(1.0, "HERMES: omega's decrease to the deep boundary, omega = omega0 - gamma * depth (ours: 1.0)", unbounded=True)  # script: 0.9
-    schedule_end: str = param("last_middle", "HERMES: where the middle layers' depth reaches 1, last_middle (ours) or first_deep (HERMES' script)")
+    schedule_end: str = param("last_middle", "HERMES: where the middle layers' depth reaches 1, last_middle (ours) or first_deep (HERMES' script)", choices=HERMES_SCHEDULE_ENDS)
     # lambda of cross-layer smoothing s_l <- (1-lambda) s_l + lambda s_{l+1}, per layer role, from HERMES' public script
     smoothing_shallow: float = param(0.1, "HERMES: cross-layer smoothing lambda in shallow layers (HERMES' public script: 0.1)", fraction=True)
     smoothing_middle: float = param(0.3, "HERMES: cross-layer smoothing lambda in middle layers (HERMES' public script: 0.3)", fraction=True)
     smoothing_deep: float = param(0.4, "HERMES: cross-layer smoothing lambda in deep layers (HERMES' public script: 0.4)", fraction=True)
     chunk_frames: int = param(16, "HERMES: frames between compressions; each compression leaves room for the next chunk (paper: 16)")
     summary_token: bool = param(True, "HERMES: pruned deep-layer tokens folded into one summary token per layer (paper: on)")
-    reindex: str = param("lazy", "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)")
+    reindex: str = param("lazy", "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)", choices=HERMES_REINDEX)
     reindex_at: float = param(0.9, "HERMES lazy re-indexing: when positions pass this share of the model's maximum, in (0, 1] (ours: 0.9)", fraction=True)
     pseudo_query: str = param(HERMES_PSEUDO_QUERY, "HERMES: generic question scoring deep and middle layers while streaming (paper 3.3: pseudo query)")  # probe mode
-    pseudo_queries: str = param("probe", "HERMES: probe (pseudo_query read once after the prompt) or live (local/global/mixed queries run through the model over the live cache, HERMES' script)")
+    pseudo_queries: str = param("probe", "HERMES: probe (pseudo_query read once after the prompt) or live (local/global/mixed queries run through the model over the live cache, HERMES' script)", choices=HERMES_PSEUDO_MODES)
     local_query: str = param(HERMES_LOCAL_QUERY, "HERMES live pseudo-queries: the local query; middle layers use 'local; global'")
     global_query: str = param(HERMES_GLOBAL_QUERY, "HERMES live pseudo-queries: the global query, scoring deep layers")
 
@@ -159,7 +160,7 @@ class HermesConfig:
         for role in ("shallow", "middle", "deep"):
             check_fraction(p, f"smoothing_{role}", getattr(self, f"smoothing_{role}"))
         check_fraction(p, "reindex_at", self.reindex_at, low_open=True)
-        if self.reindex not in ("lazy", "eager"):
+        if self.reindex not in HERMES_REINDEX:
             raise ConfigError(f"{p}.reindex must be lazy or eager, got {self.reindex!r}")
         for name in ("pseudo_query", "local_query", "global_query"):
             if not getattr(self, name).strip():
@@ -171,7 +172,7 @@ class HermesConfig:
 class MuKVConfig:
     """MuKV (seed 001); defaults from the paper's main setting (LLaVA-OV: 49 / 196 / 784 tokens)."""
 
-    granularities: tuple[str, ...] = param(GRANULARITIES, "MuKV: memories built, a non-empty subset of patch, frame, segment (paper: all three)")
+    granularities: tuple[str, ...] = param(GRANULARITIES, "MuKV: memories built, a non-empty subset of patch, frame, segment (paper: all three)", choices=GRANULARITIES)
     patch_split: int = param(4, "MuKV: a patch block is 1/patch_split of a frame's tokens (paper: 196 / 4 = 49)")
     segment_frames: int = param(4, "MuKV: frames per segment block (paper: 4 x 196 = 784 tokens)")
     alpha_patch: float = param(0.5, "MuKV alpha: weight of attention vs FFT energy when compressing patch blocks (paper: 0.5)", fraction=True)
@@ -222,9 +223,9 @@ class MemoryConfig:
     """The memory engine's configuration. Defaults are the ``robot`` preset; ``presets.preset_memory_config``
     builds the ``paper`` one (a value given explicitly wins over the preset's)."""
 
-    policy: str = param("rekv", f"memory policy, chosen at start: {', '.join(POLICIES)}")  # never changed at run time
-    preset: str = param("robot", f"defaults of the memory's parameters: {' or '.join(PRESETS)} (robot: memory-conscious; paper: each seed's own values and mechanisms); a parameter set explicitly wins")  # recorded, never read by policies
-    question_stage: str = param("none", f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}")
+    policy: str = param("rekv", f"memory policy, chosen at start: {', '.join(POLICIES)}", choices=POLICIES)  # never changed at run time
+    preset: str = param("robot", f"defaults of the memory's parameters: {' or '.join(PRESETS)} (robot: memory-conscious; paper: each seed's own values and mechanisms); a parameter set explicitly wins", choices=PRESETS)  # recorded, never read by policies
+    question_stage: str = param("none", f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}", choices=QUESTION_STAGES)
     budget_tokens: int = param(16384, "cap on KV resident on the model's device, prompt sink included, in tokens' worth over all layers (hermes: per layer)", runtime=True)
     offload_bytes: int = param(1 << 30, "cap on host RAM for offloaded KV blocks, allocated once (rekv)", zero_ok=True)
     local_window_tokens: int = param(2048, "tokens of recent frames each new frame attends to while encoding")
@@ -284,7 +285,7 @@ class AnswerConfig:
     # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
     # each option's text on one cached question context; letter is what instruction-following
     # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
-    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token, softmax; letter: the option letters' logits)", runtime=True)
+    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token, softmax; letter: the option letters' logits)", runtime=True, choices=OPTION_SCORINGS)
 
     def __post_init__(self) -> None:
         check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)

@@ -17,10 +17,10 @@ DEFAULT_CACHE_DIR = "~/.cache/videokv/vision"
 class VisionConfig:
     """How frames are encoded. Read once at start: a change needs a restart (an engine build may follow)."""
 
-    backend: str = param("auto", f"vision encoder backend: {', '.join(BACKENDS)} (auto: TensorRT, then onnxruntime with CUDA, then PyTorch on the model's device)")
+    backend: str = param("auto", f"vision encoder backend: {', '.join(BACKENDS)} (auto: TensorRT, then onnxruntime with CUDA, then PyTorch on the model's device)", choices=BACKENDS)
     cache_dir: str = param("", f"directory of ONNX exports and TensorRT engines; empty: {DEFAULT_CACHE_DIR}")
-    precision: str = param("fp16", f"TensorRT engine precision: {', '.join(PRECISIONS)} (int8 needs vision.calibration_dir)")
-    engine_rebuild: str = param("auto", f"{' or '.join(REBUILD_MODES)}: rebuild a missing, stale or corrupt TensorRT engine at start, or refuse it (build ahead with videokv_node.vision.build_engine)")
+    precision: str = param("fp16", f"TensorRT engine precision: {', '.join(PRECISIONS)} (int8 needs vision.calibration_dir)", choices=PRECISIONS)
+    engine_rebuild: str = param("auto", f"{' or '.join(REBUILD_MODES)}: rebuild a missing, stale or corrupt TensorRT engine at start, or refuse it (build ahead with videokv_node.vision.build_engine)", choices=REBUILD_MODES)
     max_batch: int = param(8, "queued frames encoded in one vision call at most; the TensorRT profile's largest batch")
     calibration_dir: str = param("", "int8 only: directory of .npy RGB uint8 frames to calibrate the TensorRT engine on")  # uint8 H x W x 3 each
 
