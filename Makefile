@@ -4,6 +4,7 @@
 #   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
 #   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
+#   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
@@ -34,7 +35,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
+.PHONY: setup build test docs demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -45,6 +46,9 @@ build: setup
 
 test: build
 	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
+
+docs:
+	. ./env.sh && python -m videokv_node.parameters_doc
 
 demo: build
 	. ./env.sh && python -m videokv_node.ros.demo --model $(MODEL) --policy $(POLICY)

@@ -60,7 +60,7 @@ from videokv_node.eval.needles import NeedleStream, make_streams
 from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
 from videokv_node.eval.option_scoring import METHODS, choose_option
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, VideoMemoryEngine
-from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig, TGVKVConfig
+from videokv_node.memory.config import POLICIES as MEMORY_POLICIES, HermesConfig, MuKVConfig, StreamKVConfig, TGVKVConfig
 from videokv_node.models.text_lm import TextLMAdapter, text_frame
 
 from bench import report
@@ -79,7 +79,8 @@ VISUAL_MODELS = ("videokv-tiny", "videokv-tiny-random")
 VISUAL_STREAMS, VISUAL_FRAMES = 8, 16
 
 BUDGETS = (0.05, 0.10, 0.25, 0.50)
-POLICIES = ("rekv", "streamkv", "hermes", "mukv", "full+tgvkv")
+# Every policy memory/config.py declares but full (the reference, on the whole stream), then full with TGV-KV.
+POLICIES = tuple(p for p in MEMORY_POLICIES if p != "full") + ("full+tgvkv",)
 STREAMS = 3
 FRAMES = 20
 OFFLOAD_BYTES = 1 << 30
@@ -118,15 +119,19 @@ def memory_config(policy: str, budget: float, k: int, n_frames: int, T: int, sin
         return MemoryConfig(policy="full", question_stage="tgvkv", budget_tokens=whole.budget_tokens,
                             local_window_tokens=whole.local_window_tokens, page_tokens=1,
                             tgvkv=TGVKVConfig(keep_ratio=budget))
-    if policy == "rekv":
-        return MemoryConfig(policy="rekv", retrieve_frames=k, **base)
-    if policy == "streamkv":
-        return MemoryConfig(policy="streamkv", streamkv=StreamKVConfig(retrieve_frames=k), **base)
-    if policy == "hermes":
-        return MemoryConfig(policy="hermes", hermes=HermesConfig(chunk_frames=1), **{**base, "budget_tokens": sink + k * T + 2})
-    if policy == "mukv":
-        return MemoryConfig(policy="mukv", mukv=mukv_retrieval(k * T, T), **base)
-    raise ValueError(f"unknown policy {policy!r}")
+    knobs = AT_BUDGET.get(policy, lambda k, T, sink: {})(k, T, sink)
+    return MemoryConfig(policy=policy, **{**base, **knobs})
+
+
+# How a policy spends a budget of k frames of T tokens besides the sink (the module doc's rules):
+# MemoryConfig fields over the common base. A declared policy without an entry runs on the
+# resident budget alone.
+AT_BUDGET = {
+    "rekv": lambda k, T, sink: {"retrieve_frames": k},
+    "streamkv": lambda k, T, sink: {"streamkv": StreamKVConfig(retrieve_frames=k)},
+    "hermes": lambda k, T, sink: {"hermes": HermesConfig(chunk_frames=1), "budget_tokens": sink + k * T + 2},
+    "mukv": lambda k, T, sink: {"mukv": mukv_retrieval(k * T, T)},
+}
 
 
 def mukv_retrieval(tokens: int, T: int) -> MuKVConfig:

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 YAML = REPO / "config" / "memory.yaml"
 LAUNCH = REPO / "launch" / "memory.launch.py"
 README = REPO / "README.md"
+PARAMETERS_MD = REPO / "docs" / "PARAMETERS.md"
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -69,6 +70,18 @@ def test_yaml_lists_every_declared_parameter_with_its_default():
             value = [v for v in value if v]  # [""] stands for an empty list in ROS parameter files
         # Same type too: ROS refuses `1` for a double parameter, and 1 == 1.0 in Python.
         assert value == default and type(value) is type(default), f"{name}: yaml {value!r} != node default {default!r}"
+
+
+def test_every_declared_parameter_is_in_the_reference_and_the_reference_is_current():
+    """docs/PARAMETERS.md has a row per parameter the node declares, and its tables are what
+    `python -m videokv_node.parameters_doc` generates from the dataclass fields."""
+    from videokv_node.parameters_doc import update
+
+    text = PARAMETERS_MD.read_text()
+    missing = [name for name in parameter_table() if not re.search(rf"^\| `{re.escape(name)}` \|", text, re.MULTILINE)]
+    assert not missing, f"parameters without a row in docs/PARAMETERS.md: {missing}"
+    assert update(text) == text, "docs/PARAMETERS.md is out of date: run python -m videokv_node.parameters_doc"
+    assert "docs/PARAMETERS.md" in README.read_text()  # the README links the reference
 
 
 def test_yaml_nests_sections_and_comments_every_parameter():

@@ -25,7 +25,7 @@ from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
 
 NS = 1_000_000_000
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
-README = Path(__file__).resolve().parents[2] / "README.md"
+PARAMETERS_MD = Path(__file__).resolve().parents[2] / "docs" / "PARAMETERS.md"
 
 
 def odom(stamp_ns: int, x: float, yaw: float) -> Odometry:
@@ -140,10 +140,10 @@ def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
     assert "non-finite" in out and "not after the newest" in out  # both bad poses dropped, with a warning
 
 
-def test_pose_and_locate_parameters_are_in_the_readme_table():
+def test_pose_and_locate_parameters_are_in_the_parameter_reference():
     from videokv_node.ros.params import parameter_table
 
-    readme = README.read_text()
+    readme = PARAMETERS_MD.read_text()
     mine = [n for n in parameter_table() if n.startswith("pose_") or n in ("base_frame", "locate_max_k")]
     assert len(mine) == 9
     assert not [n for n in mine if not re.search(rf"^\| `{n}` \|", readme, re.MULTILINE)]

@@ -14,14 +14,17 @@ USAGE_ERROR, RUN_ERROR = 2, 1  # exit status: unusable inputs (nothing run); a r
 
 def memory_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the memory settings' options (model, device, policy, budget, ``--param NAME=VALUE``) to ``parser``."""
+    from videokv_node.node_settings import model_defaults
+
+    node = model_defaults()  # the node's own defaults (videokv_node/node_settings.py; light: no torch for --help)
     g = parser.add_argument_group("memory settings (the node's parameters, config/memory.yaml)")
-    g.add_argument("--model", default="videokv-tiny",
+    g.add_argument("--model", default=node["model"],
                    help="videokv-tiny (the node's default), tiny or tiny-qwen2.5-vl (random weights), or a local checkpoint directory")
-    g.add_argument("--device", default="auto")
-    g.add_argument("--dtype", default="auto")
-    g.add_argument("--seed", type=int, default=0, help="seed of a tiny model's random weights")
-    g.add_argument("--torch-threads", type=int, default=0, help="intra-op CPU threads (0: torch's default)")
-    g.add_argument("--policy", help="memory.policy: full, rekv, streamkv, hermes, mukv")
+    g.add_argument("--device", default=node["device"])
+    g.add_argument("--dtype", default=node["dtype"])
+    g.add_argument("--seed", type=int, default=node["seed"], help="seed of a tiny model's random weights")
+    g.add_argument("--torch-threads", type=int, default=node["torch_threads"], help="intra-op CPU threads (0: torch's default)")
+    g.add_argument("--policy", help="memory.policy: full, rekv, streamkv, hermes, mukv")  # tests/unit/test_settings.py checks the list
     g.add_argument("--budget-tokens", type=int, help="memory.budget_tokens")
     g.add_argument("--sample-fps", type=float, help="frames per second per camera entering memory (0: all)")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",

@@ -4,48 +4,36 @@ One dictionary (``memory.policy``, ``memory.budget_tokens``, ``sample_fps``, ``m
 ...) configures both replay paths: ``--via ros`` writes it into the node's parameter
 file as is, ``--via engine`` builds the same dataclasses from it here; ``memory.preset`` gives
 the defaults of the memory's parameters for the policy, a parameter given explicitly wins
-(``memory/presets.py``). The mapping
-mirrors ``ros/params.py`` (which imports rclpy, so the library cannot use it): a
-nested dataclass field becomes a dotted section, SamplerConfig's fields take the
-``sample_`` prefix.
+(``memory/presets.py``). The names, defaults and mapping onto the dataclasses are the node's
+own, from ``videokv_node/settings.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
-from videokv_node.memory.presets import preset_values
-
-# Node parameters the engine path needs too; every other node parameter is the ROS path's business.
-MODEL_KEYS = {"model": "videokv-tiny", "device": "auto", "dtype": "auto", "seed": 0, "torch_threads": 0}
-_SECTIONS = (("sample_", SamplerConfig), ("memory.", MemoryConfig), ("", GenerationConfig))
+from videokv_node.node_settings import model_defaults
+from videokv_node.settings import ENGINE_SECTIONS, build_sections, defaults_for, parameters
 
 
-def _name(prefix: str, field_name: str) -> str:
-    return field_name if field_name.startswith(prefix) else prefix + field_name
+def _defaults() -> dict[str, object]:
+    """Default of every parameter an evaluation accepts: the model's and the engine sections'."""
+    out = model_defaults()
+    out.update({name: p.default for name, p in parameters(ENGINE_SECTIONS).items()})
+    return out
 
 
 def known_parameters() -> set[str]:
     """Every parameter name an evaluation accepts."""
-    return set(MODEL_KEYS).union(*(_defaults(p, c) for p, c in _SECTIONS))
-
-
-def _defaults(prefix: str, cls: type) -> dict[str, object]:
-    defaults, out = cls(), {}
-    for f in fields(cls):
-        value = getattr(defaults, f.name)
-        out.update(_defaults(_name(prefix, f.name) + ".", type(value)) if is_dataclass(value) else {_name(prefix, f.name): value})
-    return out
+    return set(_defaults())
 
 
 def typed_parameters(params: dict) -> dict:
     """The parameters with the node's types: an integer given for a floating-point parameter
     becomes a float (a ROS parameter file would refuse ``sample_fps: 1``), tuples become lists."""
-    defaults = dict(MODEL_KEYS)
-    for prefix, cls in _SECTIONS:
-        defaults.update(_defaults(prefix, cls))
+    defaults = _defaults()
     out = {}
     for name, value in params.items():
         default = defaults.get(name)
@@ -53,18 +41,6 @@ def typed_parameters(params: dict) -> dict:
             value = float(value)
         out[name] = list(value) if isinstance(value, tuple) else value
     return out
-
-
-def _build(prefix: str, cls: type, params: dict):
-    defaults, kwargs = cls(), {}
-    for f in fields(cls):
-        name, value = _name(prefix, f.name), getattr(defaults, f.name)
-        if is_dataclass(value):
-            kwargs[f.name] = _build(name + ".", type(value), params)
-        elif name in params:
-            got = params[name]
-            kwargs[f.name] = tuple(got) if isinstance(value, tuple) else got
-    return cls(**kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +60,11 @@ def engine_settings(params: dict) -> EngineSettings:
     unknown = sorted(set(params) - known_parameters())
     if unknown:
         raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; see config/memory.yaml for the names")
-    model = {k: params.get(k, v) for k, v in MODEL_KEYS.items()}
-    try:
-        # memory.preset's values for the policy, then the explicit parameters over them (memory/presets.py).
-        memory_defaults = MemoryConfig()
-        preset = preset_values(str(params.get("memory.preset", memory_defaults.preset)), str(params.get("memory.policy", memory_defaults.policy)))
-        params = {**{"memory." + k: v for k, v in preset.items()}, **params}
-        sampler, memory, generation = (_build(p, c, params) for p, c in _SECTIONS)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(str(exc)) from exc
-    return EngineSettings(**model, memory=memory, generation=generation, sampler=sampler)
+    model = {k: params.get(k, v) for k, v in model_defaults().items()}
+    # memory.preset's values for the policy, then the explicit parameters over them (memory/presets.py).
+    memory_defaults = {name: value for name, value in defaults_for(params).items() if name.startswith("memory.")}
+    sections = build_sections({**memory_defaults, **params}, ENGINE_SECTIONS)
+    return EngineSettings(**model, **sections)
 
 
 def parse_param(text: str) -> tuple[str, object]:

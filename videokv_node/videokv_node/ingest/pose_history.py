@@ -31,6 +31,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from videokv_node.config_base import param
 from videokv_node.pose import Pose, interpolate
 
 NS_PER_S = 1_000_000_000
@@ -42,14 +43,14 @@ POSE_SOURCES = ("topic", "tf")
 class PoseConfig:
     """Where poses come from; the ROS parameters map onto these fields one to one."""
 
-    pose_topic: str = ""  # nav_msgs/Odometry, geometry_msgs/PoseStamped or PoseWithCovarianceStamped; empty: no poses
-    pose_type: str = "auto"  # one of POSE_TYPES; auto: the type the topic graph shows
-    pose_source: str = "topic"  # topic (pose_topic) or tf (pose_frame <- base_frame, needs tf2_ros)
-    pose_frame: str = "map"  # tf: the fixed frame poses are expressed in
-    base_frame: str = "base_link"  # tf: the robot's frame whose pose is stored
-    pose_tolerance_s: float = 0.1  # a frame this far outside the history's span still gets the nearest pose
-    pose_history_size: int = 2000  # poses kept (100 s of 20 Hz odometry)
-    pose_reset_backward_s: float = 2.0  # a pose stamp this far back restarts the history (clock reset)
+    pose_topic: str = param("", "robot pose topic (nav_msgs/Odometry, geometry_msgs/PoseStamped or PoseWithCovarianceStamped); each sampled frame stores the pose interpolated at its stamp; empty: no poses")
+    pose_type: str = param("auto", f"message type of pose_topic: {', '.join(POSE_TYPES)} (auto: as the topic graph shows it; the subscription waits until the topic appears)", choices=POSE_TYPES)
+    pose_source: str = param("topic", f"where poses come from: {' or '.join(POSE_SOURCES)} (tf: the transform pose_frame <- base_frame at each frame's stamp; needs tf2_ros, i.e. ROS 2 from apt)", choices=POSE_SOURCES)
+    pose_frame: str = param("map", "pose_source tf: the fixed frame poses are expressed in")
+    base_frame: str = param("base_link", "pose_source tf: the robot frame whose pose is stored")
+    pose_tolerance_s: float = param(0.1, "a frame at most this far before the oldest or after the newest pose gets that pose; further out it gets none (counted)")
+    pose_history_size: int = param(2000, "poses kept to interpolate frames' poses from (a frame older than the oldest gets none)")  # 100 s of 20 Hz odometry
+    pose_reset_backward_s: float = param(2.0, "a pose stamp jumping back more than this restarts the pose history (clock reset); smaller jumps back are dropped and counted")
 
     def __post_init__(self) -> None:
         if self.pose_type not in POSE_TYPES:

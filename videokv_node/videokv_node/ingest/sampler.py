@@ -32,6 +32,8 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
+from videokv_node.config_base import param
+
 NS_PER_S = 1_000_000_000
 
 
@@ -58,11 +60,11 @@ class SampleDecision(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SamplerConfig:
-    """Frame sampling settings; the ROS parameters map onto these fields one to one."""
+    """Frame sampling settings; the ROS parameters ``sample_*`` map onto these fields one to one."""
 
-    sample_fps: float = 0.5  # frames per second kept per camera; <= 0 keeps every frame
-    tolerance_s: float = 0.001  # early arrival still counted as on time (stamp jitter)
-    reset_backward_s: float = 2.0  # a backward jump larger than this is a clock reset
+    sample_fps: float = param(0.5, "frames per second per camera entering memory, by header stamp; 0 = every frame", runtime=True, unbounded=True)  # <= 0 keeps every frame
+    tolerance_s: float = param(0.001, "slack on the sampling period so camera jitter never skips a sample", runtime=True)  # early arrival still on time
+    reset_backward_s: float = param(2.0, "a stamp jumping back more than this is a clock reset (bag loop), not a stale frame")
 
     def __post_init__(self) -> None:
         for name in ("sample_fps", "tolerance_s", "reset_backward_s"):

@@ -1,26 +1,35 @@
 """Validated configuration of the memory engine.
 
-The ROS parameters map onto these dataclasses in one place
-(``videokv_node.ros.params``: a nested dataclass ``memory.streamkv`` becomes
-the parameters ``memory.streamkv.*``); the library never reads ROS parameters.
-The defaults are the ``robot`` preset (memory-conscious, today's node); the
-``paper`` preset (``memory/presets.py``) gives each seed's own values and
-mechanisms. The comments say where a value comes from, where the paper gave
-none and we chose, and where ``robot`` departs from the paper.
+Each field's meaning and ROS range are written next to it (``param``, ``config_base.py``); the
+node's parameters, config/memory.yaml's check and docs/PARAMETERS.md are read from there
+(``videokv_node/settings.py``: a nested dataclass ``memory.streamkv`` becomes the parameters
+``memory.streamkv.*``); the library never reads ROS parameters. The defaults are the ``robot``
+preset (memory-conscious, today's node); the ``paper`` preset (``memory/presets.py``) gives each
+seed's own values and mechanisms. The descriptions and comments say where a value comes from,
+where the paper gave none and we chose, and where ``robot`` departs from the paper.
+
+The memory policies are declared here with their hyper-parameters' dataclass (``policy_config``):
+``POLICIES``, ``MemoryConfig``'s sections (checked at import), the node's parameters and the docs
+follow that declaration, and each policy class registers itself under that name
+(``memory/policies/registry.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-POLICIES = ("full", "rekv", "streamkv", "hermes", "mukv")
+# ConfigError is re-exported: memory's callers import it from here.
+from videokv_node.config_base import ConfigError, check_choice, check_fraction, param  # noqa: F401
+
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
 REKV_QUERIES = ("prompt", "question")
 SIMILARITIES = ("tokens", "mean")
 HERMES_PSEUDO_MODES = ("probe", "live")
 HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
+HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")
 GRANULARITIES = ("patch", "frame", "segment")
@@ -41,47 +50,64 @@ HERMES_LOCAL_QUERY = "Describe the current scene in detail, focusing on specific
 HERMES_GLOBAL_QUERY = "Summarize the video narrative, identifying main characters, key events, timeline changes, and the overall theme."
 
 
-class ConfigError(ValueError):
-    """A configuration that cannot work; the message says which field and why."""
+# The memory policies in declaration order, each with the dataclass of its hyper-parameters (the
+# parameters memory.<name>.*), or None for a policy without any. Filled by ``declare_policy`` and
+# ``policy_config`` below only; memory/policies/ registers a class for each name (``register_policy``).
+POLICY_CONFIGS: dict[str, type | None] = {}
 
 
-def _check_fraction(prefix: str, name: str, value: float, low_open: bool = False) -> None:
-    ok = (0.0 < value <= 1.0) if low_open else (0.0 <= value <= 1.0)
-    if not ok:
-        raise ConfigError(f"{prefix}.{name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value}")
+def declare_policy(name: str, config: type | None = None) -> None:
+    """Declare the memory policy ``name`` and its hyper-parameters' dataclass (None: it has none); once per name."""
+    if name in POLICY_CONFIGS:
+        raise ValueError(f"memory policy {name!r} declared twice")
+    POLICY_CONFIGS[name] = config
 
 
+def policy_config(name: str) -> Callable[[type], type]:
+    """Class decorator: the dataclass is the hyper-parameters of the memory policy ``name``."""
+
+    def decorate(cls: type) -> type:
+        declare_policy(name, cls)
+        return cls
+
+    return decorate
+
+
+declare_policy("full")  # keeps every frame until the budget, then evicts the oldest: nothing to configure
+
+
+@policy_config("rekv")
 @dataclass(slots=True)
 class ReKVConfig:
-    """ReKV (the baseline; Di et al., ICLR 2025, public code Becomebright/ReKV), its question-time choices."""
+    """ReKV (the baseline; Di et al., ICLR 2025, public code Becomebright/ReKV), its question-time choices.
+    Its retrieval count and window are MemoryConfig's own (``retrieve_frames``, ``local_window_tokens``)."""
 
-    query: str = "prompt"  # retrieval query: mean over the whole prompt's tokens (robot) or the question's own tokens (paper, ReKV's code)
-    question_window: bool = True  # robot: the recent frames within local_window_tokens always attended; paper (False): init tokens + top-k over all blocks
+    query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
+    question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
 
     def __post_init__(self) -> None:
-        if self.query not in REKV_QUERIES:
-            raise ConfigError(f"memory.rekv.query must be one of {REKV_QUERIES}, got {self.query!r}")
+        check_choice("memory.rekv.query", self.query, REKV_QUERIES)
 
 
+@policy_config("streamkv")
 @dataclass(slots=True)
 class StreamKVConfig:
     """StreamKV (seed 000); defaults from its experimental setup."""
 
-    similarity_threshold: float = 0.99  # adjacent-frame cosine below this starts a segment
-    similarity: str = "tokens"  # tokens: cosine of the flattened (T, D) features (Eq. 1 as written); mean: of the token means (StreamKV's code)
-    min_segment_frames: int = 4  # m: the exclusion window, segments are at least this long
-    max_segment_frames: int = 64  # M: beyond it the most similar adjacent pair is merged
-    max_segment_s: float = 30.0  # ours: an open segment spanning longer (stamps) closes at the next frame; 0 = no cap
-    summary_frames: bool = True  # a summary frame (mean of the segment) per segment, never compressed
-    compression_ratio: float = 0.6  # theta: share of a segment's frame blocks dropped per layer (paper's main setting: 60%)
-    retrieve_frames: int = 8  # N_r: blocks retrieved per layer on average (N = N_r x L)
-    guidance_prompt: str = STREAMKV_GUIDANCE  # compression criterion (paper: key semantic elements)
+    similarity_threshold: float = param(0.99, "StreamKV: adjacent-frame cosine below this starts a segment (paper: 0.99)", fraction=True)
+    similarity: str = param("tokens", "StreamKV: adjacent-frame similarity, cosine of the flattened token features (tokens, Eq. 1 as printed) or of their means (mean, StreamKV's code)", choices=SIMILARITIES)  # tokens: the (T, D) features flattened
+    min_segment_frames: int = param(4, "StreamKV m: segments are at least this many frames (paper: 4)")  # the exclusion window
+    max_segment_frames: int = param(64, "StreamKV M: longer segments merge their most similar adjacent pair (paper: 64)")
+    max_segment_s: float = param(30.0, "StreamKV: an open segment spanning longer than this (stamps) closes at the next frame; 0: no cap (ours, not the paper's)")
+    summary_frames: bool = param(True, "StreamKV: a summary frame (segment mean) per segment, never compressed (paper: on)")
+    compression_ratio: float = param(0.6, "StreamKV theta: share of a segment's frame blocks dropped per layer, in [0, 1) (paper: 0.6)", fraction=True)
+    retrieve_frames: int = param(8, "StreamKV N_r: frame blocks retrieved per layer on average (paper: 8)")  # N = N_r x L over all layers
+    guidance_prompt: str = param(STREAMKV_GUIDANCE, "StreamKV: guidance prompt scoring blocks for compression (paper: its key semantic elements)")
 
     def __post_init__(self) -> None:
         p = "memory.streamkv"
-        _check_fraction(p, "similarity_threshold", self.similarity_threshold)
-        if self.similarity not in SIMILARITIES:
-            raise ConfigError(f"{p}.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+        check_fraction(p, "similarity_threshold", self.similarity_threshold)
+        check_choice(f"{p}.similarity", self.similarity, SIMILARITIES)
         if self.min_segment_frames < 1 or self.max_segment_frames < self.min_segment_frames:
             raise ConfigError(f"{p}: need 1 <= min_segment_frames <= max_segment_frames")
         if not (isinstance(self.max_segment_s, (int, float)) and 0.0 <= self.max_segment_s < float("inf")):
@@ -94,74 +120,75 @@ class StreamKVConfig:
             raise ConfigError(f"{p}.guidance_prompt must not be empty")
 
 
+@policy_config("hermes")
 @dataclass(slots=True)
 class HermesConfig:
     """HERMES (seed 002). The notes we have lost the paper's formulas; values marked 'ours' are our choices."""
 
-    shallow_ratio: float = 0.1  # share of layers that are sensory memory (paper: 10% shallow / 60% middle / 30% deep)
-    deep_ratio: float = 0.3  # share of layers that are long-term memory
-    recency_rate: float = 20.0  # forgetting curve exp(-rate * age / oldest age), as HERMES' public script (exp(-20 d / (N-1)))
-    recency_rate_deep: float = 20.0  # middle layers' rate moves linearly from recency_rate to this (script: 20 -> 0.5; robot: fixed 20)
-    omega0: float = 1.0  # middle-layer recency weight at the shallow boundary (ours; script 1.0)
-    omega_gamma: float = 1.0  # its decrease to the deep boundary: omega = omega0 - gamma * depth (ours; script 0.9)
-    schedule_end: str = "last_middle"  # where depth reaches 1: the last middle layer (ours) or the first deep one (script)
-    smoothing_shallow: float = 0.1  # lambda of cross-layer smoothing s_l <- (1-lambda) s_l + lambda s_{l+1},
-    smoothing_middle: float = 0.3  #   per layer role, from HERMES' public script
-    smoothing_deep: float = 0.4
-    chunk_frames: int = 16  # frames between compressions (paper: the stream is encoded in chunks of 16 frames)
-    summary_token: bool = True  # pruned deep-layer tokens folded into one summary token per layer
-    reindex: str = "lazy"  # lazy (streaming, paper's choice for streams) or eager (offline)
-    reindex_at: float = 0.9  # lazy: re-index when positions pass this share of the model's maximum (ours)
-    pseudo_query: str = HERMES_PSEUDO_QUERY  # probe mode: one generic question scoring deep and middle layers
-    pseudo_queries: str = "probe"  # probe: pseudo_query read once after the sink (ours); live: local/global/mixed run over the live cache (script)
-    local_query: str = HERMES_LOCAL_QUERY  # live mode: with global_query, the "mixed" query of middle layers ("local; global")
-    global_query: str = HERMES_GLOBAL_QUERY  # live mode: the query of deep layers
+    shallow_ratio: float = param(0.1, "HERMES: share of layers that are sensory memory (paper: 0.1)", fraction=True)  # paper: 10% shallow / 60% middle / 30% deep
+    deep_ratio: float = param(0.3, "HERMES: share of layers that are long-term memory (paper: 0.3)", fraction=True)
+    recency_rate: float = param(20.0, "HERMES: forgetting curve exp(-rate * age / oldest age) (HERMES' public script: 20)")  # script: exp(-20 d / (N-1))
+    recency_rate_deep: float = param(20.0, "HERMES: the middle layers' forgetting rate moves linearly from recency_rate to this at the deep end (HERMES' script: 0.5; robot: 20, fixed)")
+    omega0: float = param(1.0, "HERMES: middle-layer recency weight at the shallow boundary; omega is clamped to [0, 1] (ours: 1.0)", unbounded=True)
+    omega_gamma: float = param(1.0, "HERMES: omega's decrease to the deep boundary, omega = omega0 - gamma * depth (ours: 1.0)", unbounded=True)  # script: 0.9
+    schedule_end: str = param("last_middle", "HERMES: where the middle layers' depth reaches 1, last_middle (ours) or first_deep (HERMES' script)", choices=HERMES_SCHEDULE_ENDS)
+    # lambda of cross-layer smoothing s_l <- (1-lambda) s_l + lambda s_{l+1}, per layer role, from HERMES' public script
+    smoothing_shallow: float = param(0.1, "HERMES: cross-layer smoothing lambda in shallow layers (HERMES' public script: 0.1)", fraction=True)
+    smoothing_middle: float = param(0.3, "HERMES: cross-layer smoothing lambda in middle layers (HERMES' public script: 0.3)", fraction=True)
+    smoothing_deep: float = param(0.4, "HERMES: cross-layer smoothing lambda in deep layers (HERMES' public script: 0.4)", fraction=True)
+    chunk_frames: int = param(16, "HERMES: frames between compressions; each compression leaves room for the next chunk (paper: 16)")
+    summary_token: bool = param(True, "HERMES: pruned deep-layer tokens folded into one summary token per layer (paper: on)")
+    reindex: str = param("lazy", "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)", choices=HERMES_REINDEX)
+    reindex_at: float = param(0.9, "HERMES lazy re-indexing: when positions pass this share of the model's maximum, in (0, 1] (ours: 0.9)", fraction=True)
+    pseudo_query: str = param(HERMES_PSEUDO_QUERY, "HERMES: generic question scoring deep and middle layers while streaming (paper 3.3: pseudo query)")  # probe mode
+    pseudo_queries: str = param("probe", "HERMES: probe (pseudo_query read once after the prompt) or live (local/global/mixed queries run through the model over the live cache, HERMES' script)", choices=HERMES_PSEUDO_MODES)
+    local_query: str = param(HERMES_LOCAL_QUERY, "HERMES live pseudo-queries: the local query; middle layers use 'local; global'")
+    global_query: str = param(HERMES_GLOBAL_QUERY, "HERMES live pseudo-queries: the global query, scoring deep layers")
 
     def __post_init__(self) -> None:
         p = "memory.hermes"
-        _check_fraction(p, "shallow_ratio", self.shallow_ratio)
-        _check_fraction(p, "deep_ratio", self.deep_ratio)
+        check_fraction(p, "shallow_ratio", self.shallow_ratio)
+        check_fraction(p, "deep_ratio", self.deep_ratio)
         if self.shallow_ratio + self.deep_ratio > 1.0:
             raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
         if self.recency_rate <= 0 or self.recency_rate_deep <= 0:
             raise ConfigError(f"{p}.recency_rate and recency_rate_deep must be > 0")
-        if self.schedule_end not in HERMES_SCHEDULE_ENDS:
-            raise ConfigError(f"{p}.schedule_end must be one of {HERMES_SCHEDULE_ENDS}, got {self.schedule_end!r}")
-        if self.pseudo_queries not in HERMES_PSEUDO_MODES:
-            raise ConfigError(f"{p}.pseudo_queries must be one of {HERMES_PSEUDO_MODES}, got {self.pseudo_queries!r}")
+        check_choice(f"{p}.schedule_end", self.schedule_end, HERMES_SCHEDULE_ENDS)
+        check_choice(f"{p}.pseudo_queries", self.pseudo_queries, HERMES_PSEUDO_MODES)
         if self.chunk_frames < 1:
             raise ConfigError(f"{p}.chunk_frames must be >= 1")
         for role in ("shallow", "middle", "deep"):
-            _check_fraction(p, f"smoothing_{role}", getattr(self, f"smoothing_{role}"))
-        _check_fraction(p, "reindex_at", self.reindex_at, low_open=True)
-        if self.reindex not in ("lazy", "eager"):
+            check_fraction(p, f"smoothing_{role}", getattr(self, f"smoothing_{role}"))
+        check_fraction(p, "reindex_at", self.reindex_at, low_open=True)
+        if self.reindex not in HERMES_REINDEX:
             raise ConfigError(f"{p}.reindex must be lazy or eager, got {self.reindex!r}")
         for name in ("pseudo_query", "local_query", "global_query"):
             if not getattr(self, name).strip():
                 raise ConfigError(f"{p}.{name} must not be empty")
 
 
+@policy_config("mukv")
 @dataclass(slots=True)
 class MuKVConfig:
     """MuKV (seed 001); defaults from the paper's main setting (LLaVA-OV: 49 / 196 / 784 tokens)."""
 
-    granularities: tuple[str, ...] = GRANULARITIES  # which memories are built
-    patch_split: int = 4  # a patch block is 1/patch_split of a frame's tokens (196 / 4 = 49)
-    segment_frames: int = 4  # a segment block is this many frames (4 x 196 = 784)
-    alpha_patch: float = 0.5  # weight of attention vs FFT energy in compression
-    alpha_frame: float = 0.7
-    alpha_segment: float = 0.8
-    keep_patch: float = 0.1  # rho: share of a block's tokens kept
-    keep_frame: float = 0.1
-    keep_segment: float = 0.8
-    retrieve_patch: int = 20  # k_g: blocks retrieved per granularity (total 64)
-    retrieve_frame: int = 32
-    retrieve_segment: int = 12
-    rerank_patch: float = 0.3  # lambda_g: weight of consistency with the top segments
-    rerank_frame: float = 0.3
-    rerank_segment: float = 0.0
-    top_segments: int = 5  # segment candidates whose mean is the rerank centroid
-    over_retrieval: int = 2  # stage 1 keeps over_retrieval x k_g candidates
+    granularities: tuple[str, ...] = param(GRANULARITIES, "MuKV: memories built, a non-empty subset of patch, frame, segment (paper: all three)", choices=GRANULARITIES)
+    patch_split: int = param(4, "MuKV: a patch block is 1/patch_split of a frame's tokens (paper: 196 / 4 = 49)")
+    segment_frames: int = param(4, "MuKV: frames per segment block (paper: 4 x 196 = 784 tokens)")
+    alpha_patch: float = param(0.5, "MuKV alpha: weight of attention vs FFT energy when compressing patch blocks (paper: 0.5)", fraction=True)
+    alpha_frame: float = param(0.7, "MuKV alpha: weight of attention vs FFT energy when compressing frame blocks (paper: 0.7)", fraction=True)
+    alpha_segment: float = param(0.8, "MuKV alpha: weight of attention vs FFT energy when compressing segment blocks (paper: 0.8)", fraction=True)
+    keep_patch: float = param(0.1, "MuKV rho: share of a patch block's tokens kept, in (0, 1] (paper: 0.1)", fraction=True)
+    keep_frame: float = param(0.1, "MuKV rho: share of a frame block's tokens kept, in (0, 1] (paper: 0.1)", fraction=True)
+    keep_segment: float = param(0.8, "MuKV rho: share of a segment block's tokens kept, in (0, 1] (paper: 0.8)", fraction=True)
+    retrieve_patch: int = param(20, "MuKV k: patch blocks retrieved for a question; 0 = none (paper: 20 of 64)", zero_ok=True)
+    retrieve_frame: int = param(32, "MuKV k: frame blocks retrieved for a question; 0 = none (paper: 32 of 64)", zero_ok=True)
+    retrieve_segment: int = param(12, "MuKV k: segment blocks retrieved for a question; 0 = none (paper: 12 of 64)", zero_ok=True)
+    rerank_patch: float = param(0.3, "MuKV lambda: weight of consistency with the top segments when reranking patches (paper: 0.3)", fraction=True)
+    rerank_frame: float = param(0.3, "MuKV lambda: weight of consistency with the top segments when reranking frames (paper: 0.3)", fraction=True)
+    rerank_segment: float = param(0.0, "MuKV lambda: weight of consistency with the top segments when reranking segments (paper: 0)", fraction=True)
+    top_segments: int = param(5, "MuKV: segment candidates whose mean is the rerank centroid (paper: 5)")
+    over_retrieval: int = param(2, "MuKV: stage 1 keeps over_retrieval x k candidates per granularity (paper: 2)")
 
     def __post_init__(self) -> None:
         p = "memory.mukv"
@@ -171,21 +198,24 @@ class MuKVConfig:
         if self.patch_split < 1 or self.segment_frames < 1 or self.top_segments < 1 or self.over_retrieval < 1:
             raise ConfigError(f"{p}: patch_split, segment_frames, top_segments and over_retrieval must be >= 1")
         for g in GRANULARITIES:
-            _check_fraction(p, f"alpha_{g}", getattr(self, f"alpha_{g}"))
-            _check_fraction(p, f"keep_{g}", getattr(self, f"keep_{g}"), low_open=True)
-            _check_fraction(p, f"rerank_{g}", getattr(self, f"rerank_{g}"))
+            check_fraction(p, f"alpha_{g}", getattr(self, f"alpha_{g}"))
+            check_fraction(p, f"keep_{g}", getattr(self, f"keep_{g}"), low_open=True)
+            check_fraction(p, f"rerank_{g}", getattr(self, f"rerank_{g}"))
             if getattr(self, f"retrieve_{g}") < 0:
                 raise ConfigError(f"{p}.retrieve_{g} must be >= 0")
+
+
+POLICIES = tuple(POLICY_CONFIGS)  # the names memory.policy takes, in declaration order
 
 
 @dataclass(slots=True)
 class TGVKVConfig:
     """TGV-KV (seed 004), the question-time stage."""
 
-    keep_ratio: float = 0.05  # share of the assembled context's KV kept for decoding (paper's headline: 5%)
+    keep_ratio: float = param(0.05, "TGV-KV: share of the assembled context's KV kept for decoding, in (0, 1] (paper: 0.05)", fraction=True)
 
     def __post_init__(self) -> None:
-        _check_fraction("memory.tgvkv", "keep_ratio", self.keep_ratio, low_open=True)
+        check_fraction("memory.tgvkv", "keep_ratio", self.keep_ratio, low_open=True)
 
 
 @dataclass(slots=True)
@@ -193,20 +223,21 @@ class MemoryConfig:
     """The memory engine's configuration. Defaults are the ``robot`` preset; ``presets.preset_memory_config``
     builds the ``paper`` one (a value given explicitly wins over the preset's)."""
 
-    policy: str = "rekv"  # one of POLICIES; chosen at start, never changed at run time
-    preset: str = "robot"  # robot or paper: which defaults the other fields were given (memory/presets.py); recorded, never read by policies
-    question_stage: str = "none"  # none or tgvkv: eviction of the assembled context after the question's prefill
-    budget_tokens: int = 16384  # cap on KV tokens resident on the model's device, prompt sink included (per layer)
-    offload_bytes: int = 1 << 30  # cap on host RAM for offloaded KV blocks, allocated once at start
-    local_window_tokens: int = 2048  # tokens of recent frames each new frame attends to while encoding
-    retrieve_frames: int = 8  # rekv: frame blocks retrieved per layer for a question (besides the recent ones)
-    page_tokens: int = 4  # host arena allocation unit, in tokens: divides 196 (LLaVA-OV) and 16 (tiny) exactly
-    max_question_tokens: int = 512  # longer questions are refused
-    snapshot_dir: str = ""  # where ~/save_memory and ~/load_memory read and write; "" = snapshots disabled
-    snapshot_on_shutdown: str = ""  # snapshot name written when the node shuts down cleanly; "" = none
-    restore_on_start: str = ""  # snapshot name loaded at start if it exists; "latest": the newest good periodic one; "" = start empty
-    snapshot_period_s: float = 0.0  # a periodic snapshot into snapshot_dir every this many seconds (node clock); 0 = off
-    snapshot_keep: int = 3  # periodic snapshots kept (the newest); older ones are deleted after each good write
+    policy: str = param("rekv", f"memory policy, chosen at start: {', '.join(POLICIES)}", choices=POLICIES)  # never changed at run time
+    preset: str = param("robot", f"defaults of the memory's parameters: {' or '.join(PRESETS)} (robot: memory-conscious; paper: each seed's own values and mechanisms); a parameter set explicitly wins", choices=PRESETS)  # recorded, never read by policies
+    question_stage: str = param("none", f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}", choices=QUESTION_STAGES)
+    budget_tokens: int = param(16384, "cap on KV resident on the model's device, prompt sink included, in tokens' worth over all layers (hermes: per layer)", runtime=True)
+    offload_bytes: int = param(1 << 30, "cap on host RAM for offloaded KV blocks, allocated once (rekv)", zero_ok=True)
+    local_window_tokens: int = param(2048, "tokens of recent frames each new frame attends to while encoding")
+    retrieve_frames: int = param(8, "rekv: frame blocks retrieved per layer for a question, besides the recent window", runtime=True, zero_ok=True)
+    page_tokens: int = param(4, "allocation unit of the host arena, in tokens")  # divides 196 (LLaVA-OV) and 16 (tiny) exactly
+    max_question_tokens: int = param(512, "longer questions are refused", runtime=True)
+    snapshot_dir: str = param("", "directory of memory snapshots (~/save_memory, ~/load_memory); empty: snapshots disabled")
+    snapshot_on_shutdown: str = param("", "snapshot name written when the node shuts down cleanly; empty: none")
+    restore_on_start: str = param("", "snapshot name loaded at start if present (a bad one is logged, memory starts empty); 'latest': the newest periodic snapshot that passes every check, falling back to older ones; empty: none")
+    snapshot_period_s: float = param(0.0, "seconds (node clock) between periodic snapshots into memory.snapshot_dir, each writing only what is new; 0: off")
+    snapshot_keep: int = param(3, "periodic snapshots kept, the newest; older ones are deleted after each good write")
+    # One section per policy of POLICY_CONFIGS with a config (checked below), then the question stage's.
     rekv: ReKVConfig = field(default_factory=ReKVConfig)
     streamkv: StreamKVConfig = field(default_factory=StreamKVConfig)
     hermes: HermesConfig = field(default_factory=HermesConfig)
@@ -214,12 +245,9 @@ class MemoryConfig:
     tgvkv: TGVKVConfig = field(default_factory=TGVKVConfig)
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ConfigError(f"memory.policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.preset not in PRESETS:
-            raise ConfigError(f"memory.preset must be one of {PRESETS}, got {self.preset!r}")
-        if self.question_stage not in QUESTION_STAGES:
-            raise ConfigError(f"memory.question_stage must be one of {QUESTION_STAGES}, got {self.question_stage!r}")
+        check_choice("memory.policy", self.policy, POLICIES)
+        check_choice("memory.preset", self.preset, PRESETS)
+        check_choice("memory.question_stage", self.question_stage, QUESTION_STAGES)
         for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"memory.{name} must be > 0, got {getattr(self, name)}")
@@ -239,26 +267,36 @@ class MemoryConfig:
             )
 
 
+def _check_policy_sections() -> None:
+    """Every declared policy with a config has its section on MemoryConfig, under its own name."""
+    sections = {f.name: f.default_factory for f in dataclasses.fields(MemoryConfig) if f.default_factory is not dataclasses.MISSING}
+    missing = [name for name, cls in POLICY_CONFIGS.items() if cls is not None and sections.get(name) is not cls]
+    if missing:
+        raise TypeError(f"MemoryConfig has no section of the declared policies {missing} (a field <name>: <its config>)")
+
+
+_check_policy_sections()
+
+
 @dataclass(frozen=True, slots=True)
 class AnswerConfig:
     """How an answer is read from the model (ROS parameters ``answer.*``)."""
 
-    # How a multiple-choice question picks its option (VideoMemoryEngine.ask):
-    # likelihood: each option's text scored as the answer to the open question, by its mean
-    #   log-probability per token, on one cached question context; scores = softmax of those means.
-    # letter: the options listed as "A. ..." in the prompt, scores = softmax of the letters' logits
-    #   (what instruction-following Video-LLMs are evaluated with; videokv-tiny v2 read it at chance).
-    option_scoring: str = "likelihood"
+    # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
+    # each option's text on one cached question context; letter is what instruction-following
+    # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
+    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token, softmax; letter: the option letters' logits)", runtime=True, choices=OPTION_SCORINGS)
 
     def __post_init__(self) -> None:
-        if self.option_scoring not in OPTION_SCORINGS:
-            raise ConfigError(f"answer.option_scoring must be one of {OPTION_SCORINGS}, got {self.option_scoring!r}")
+        check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)
 
 
 @dataclass(slots=True)
 class GenerationConfig:
-    max_new_tokens: int = 64  # default answer length when a request gives 0
-    max_new_tokens_limit: int = 1024  # a request asking for more is refused
+    """How answers are generated (ROS parameters ``max_new_tokens*`` and ``answer.*``)."""
+
+    max_new_tokens: int = param(64, "default answer length in tokens when a request gives 0", runtime=True)
+    max_new_tokens_limit: int = param(1024, "requests asking for more tokens are refused", runtime=True)
     answer: AnswerConfig = field(default_factory=AnswerConfig)  # ROS parameters answer.*
 
     def __post_init__(self) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from videokv_node.config_base import ConfigError, param
 
-class SpavaConfigError(ValueError):
+
+class SpavaConfigError(ConfigError):
     """A Spava setting that cannot work, with the field named."""
 
 
@@ -19,13 +21,13 @@ class SpavaConfig:
     prefills contexts of any length.
     """
 
-    anchor_len: int = 256  # first tokens of the sequence, at their true positions, seen by every block (paper: 256)
-    passing_len: int = 512  # tokens per KV head each virtual block passes on to later blocks (paper: 512)
-    pool_window: int = 7  # odd width of the max-pool smoothing the block-key scores (ours: the paper gives none)
-    zigzag: bool = True  # rank r holds virtual blocks r and 2W-1-r (section 4.3); False: blocks 2r and 2r+1
-    overlap: bool = True  # collectives run asynchronously behind the attention (section 4.4); False: waited at once
-    question_rank: int = 0  # the rank whose question keys count in the merge and which appends decoded KV (ours)
-    timeout_s: float = 60.0  # a collective not completed by then fails the job (a dead or hung rank)
+    anchor_len: int = param(256, "first tokens of the sequence, at their true positions, seen by every block (paper: 256)", zero_ok=True)
+    passing_len: int = param(512, "tokens per KV head each virtual block passes on to later blocks (paper: 512)", zero_ok=True)
+    pool_window: int = param(7, "odd width of the max-pool smoothing the block-key scores (ours: the paper gives none)")
+    zigzag: bool = param(True, "rank r holds virtual blocks r and 2W-1-r (section 4.3); false: blocks 2r and 2r+1")
+    overlap: bool = param(True, "collectives run asynchronously behind the attention (section 4.4); false: waited at once")
+    question_rank: int = param(0, "the rank whose question keys count in the merge and which appends decoded KV (ours)", zero_ok=True)
+    timeout_s: float = param(60.0, "a collective not completed by then fails the job (a dead or hung rank)")
 
     def __post_init__(self) -> None:
         if self.anchor_len < 0:

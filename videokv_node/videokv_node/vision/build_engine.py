@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from videokv_node.memory.config import ConfigError
+from videokv_node.config_base import ConfigError
 from videokv_node.models.factory import ModelLoadError, load_adapter
 from videokv_node.vision.backends import BackendUnavailable
 from videokv_node.vision.config import PRECISIONS, VisionConfig

@@ -1,11 +1,11 @@
-"""Validated settings of the vision backend (ROS parameters ``vision.*``, mapped in ``ros/params.py``)."""
+"""Validated settings of the vision backend (ROS parameters ``vision.*``, mapped in ``videokv_node/settings.py``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from videokv_node.memory.config import ConfigError
+from videokv_node.config_base import ConfigError, check_choice, param
 
 BACKENDS = ("auto", "tensorrt", "onnxruntime", "torch")
 PRECISIONS = ("fp16", "fp32", "int8")
@@ -17,20 +17,17 @@ DEFAULT_CACHE_DIR = "~/.cache/videokv/vision"
 class VisionConfig:
     """How frames are encoded. Read once at start: a change needs a restart (an engine build may follow)."""
 
-    backend: str = "auto"  # auto (tensorrt, onnxruntime+CUDA, torch on the device), tensorrt, onnxruntime, torch
-    cache_dir: str = ""  # ONNX exports and TensorRT engines; "" = ~/.cache/videokv/vision
-    precision: str = "fp16"  # TensorRT engine precision: fp16, fp32, or int8 (needs calibration_dir)
-    engine_rebuild: str = "auto"  # auto: rebuild a missing, stale or corrupt engine; never: refuse it
-    max_batch: int = 8  # frames encoded in one call at most; the TensorRT profile's largest batch
-    calibration_dir: str = ""  # int8 only: a directory of RGB frames (.npy uint8 H x W x 3) to calibrate on
+    backend: str = param("auto", f"vision encoder backend: {', '.join(BACKENDS)} (auto: TensorRT, then onnxruntime with CUDA, then PyTorch on the model's device)", choices=BACKENDS)
+    cache_dir: str = param("", f"directory of ONNX exports and TensorRT engines; empty: {DEFAULT_CACHE_DIR}")
+    precision: str = param("fp16", f"TensorRT engine precision: {', '.join(PRECISIONS)} (int8 needs vision.calibration_dir)", choices=PRECISIONS)
+    engine_rebuild: str = param("auto", f"{' or '.join(REBUILD_MODES)}: rebuild a missing, stale or corrupt TensorRT engine at start, or refuse it (build ahead with videokv_node.vision.build_engine)", choices=REBUILD_MODES)
+    max_batch: int = param(8, "queued frames encoded in one vision call at most; the TensorRT profile's largest batch")
+    calibration_dir: str = param("", "int8 only: directory of .npy RGB uint8 frames to calibrate the TensorRT engine on")  # uint8 H x W x 3 each
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"vision.backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"vision.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.engine_rebuild not in REBUILD_MODES:
-            raise ConfigError(f"vision.engine_rebuild must be one of {REBUILD_MODES}, got {self.engine_rebuild!r}")
+        check_choice("vision.backend", self.backend, BACKENDS)
+        check_choice("vision.precision", self.precision, PRECISIONS)
+        check_choice("vision.engine_rebuild", self.engine_rebuild, REBUILD_MODES)
         if self.max_batch < 1:
             raise ConfigError(f"vision.max_batch must be >= 1, got {self.max_batch}")
         if self.precision == "int8" and not self.calibration_dir:

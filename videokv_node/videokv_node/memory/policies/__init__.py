@@ -1,15 +1,17 @@
-"""One module per memory policy; ``POLICY_CLASSES`` maps ``memory.policy`` names to classes."""
+"""One module per memory policy, each registering its class (``registry.register_policy``);
+``POLICY_CLASSES`` maps ``memory.policy`` names to classes, one for every policy memory/config.py declares."""
 
 from videokv_node.memory.config import MemoryConfig
 from videokv_node.memory.policies.full import FullPolicy
 from videokv_node.memory.policies.hermes import HermesPolicy
 from videokv_node.memory.policies.mukv import MuKVPolicy
+from videokv_node.memory.policies.registry import POLICY_CLASSES, check_complete
 from videokv_node.memory.policies.rekv import ReKVPolicy
 from videokv_node.memory.policies.streamkv import StreamKVPolicy
 from videokv_node.memory.policy import MemoryPolicy
 from videokv_node.models.adapter import VideoLLMAdapter
 
-POLICY_CLASSES = {cls.name: cls for cls in (FullPolicy, ReKVPolicy, StreamKVPolicy, HermesPolicy, MuKVPolicy)}
+check_complete()
 
 
 def make_policy(config: MemoryConfig, adapter: VideoLLMAdapter) -> MemoryPolicy:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from videokv_node.memory.block import FrameBlock, Tier
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection
 
 
+@register_policy
 class FullPolicy(MemoryPolicy):
     name = "full"
     uses_offload = False

@@ -61,6 +61,7 @@ import torch
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
+from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, present_in
 from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (
@@ -78,6 +79,7 @@ from videokv_node.memory.scoring.hermes_live import live_scores
 TOKEN_ID_STRIDE = 1 << 20  # global token id = block_id * stride + token index (blocks are far smaller)
 
 
+@register_policy
 class HermesPolicy(MemoryPolicy):
     name = "hermes"
     uses_offload = False

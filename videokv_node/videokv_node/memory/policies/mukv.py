@@ -37,6 +37,7 @@ from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
+from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.scoring.mukv import (
     attention_importance,
@@ -51,6 +52,7 @@ from videokv_node.models.attention import attention_probs
 RANK = {"segment": 0, "frame": 1, "patch": 2}  # order among blocks starting at the same stamp
 
 
+@register_policy
 class MuKVPolicy(MemoryPolicy):
     name = "mukv"
     uses_offload = True

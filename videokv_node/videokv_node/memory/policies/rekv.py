@@ -35,9 +35,11 @@ from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.locate import layer_scores, query_means
+from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
 
 
+@register_policy
 class ReKVPolicy(MemoryPolicy):
     name = "rekv"
     uses_offload = True

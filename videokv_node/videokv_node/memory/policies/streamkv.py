@@ -56,6 +56,7 @@ import torch
 from videokv_node.memory.block import FrameBlock, LayerKV
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.select_kv import cosine_scores, select_kv
@@ -69,6 +70,7 @@ def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     return q.reshape(L, -1)
 
 
+@register_policy
 class StreamKVPolicy(MemoryPolicy):
     name = "streamkv"
     uses_offload = True
