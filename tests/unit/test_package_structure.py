@@ -4,6 +4,11 @@ library module over the size limit without its reason, models/ holding adapters 
 The import graph is built here from the files' syntax trees (every ``import``, including those inside
 functions, and package ``__init__`` files as modules of their own), independently of the package: a
 module is never imported, so an import that only happens at run time counts as much as one at the top.
+
+A command is not the library: a package's ``__main__`` module and a module's ``if __name__ == "__main__":``
+block may hand over to a higher layer's command (``python -m videokv_node.eval --via ros`` runs
+``ros/evaluate.py``). That code runs only as the program itself (``__main__``), which no module imports,
+so its imports make neither a cycle nor a dependency of the library: the graph leaves them out.
 """
 
 from __future__ import annotations
@@ -53,12 +58,33 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def imports_of(module: str) -> tuple[set[str], set[str]]:
-    """(package modules, top-level outside packages) that ``module``'s source imports anywhere."""
+def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":``"""
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__" and len(test.comparators) == 1
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__")
+
+
+def _library_nodes(tree: ast.AST):
+    """Every node of ``tree`` but those under an ``if __name__ == "__main__":`` block."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node) if not _is_main_guard(child))
+
+
+def imports_of(module: str, commands: bool = True) -> tuple[set[str], set[str]]:
+    """(package modules, top-level outside packages) that ``module``'s source imports anywhere;
+    ``commands`` False: leaving out a ``__main__`` module's and ``__main__`` blocks' imports."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     inside, outside = set(), set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if not commands and path.name == "__main__.py":
+        return inside, outside
+    tree = ast.parse(path.read_text(), str(path))
+    for node in (ast.walk(tree) if commands else _library_nodes(tree)):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -79,7 +105,7 @@ def imports_of(module: str) -> tuple[set[str], set[str]]:
     return inside, outside
 
 
-GRAPH = {m: imports_of(m)[0] for m in MODULES}
+GRAPH = {m: imports_of(m, commands=False)[0] for m in MODULES}
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -132,6 +158,12 @@ def test_no_import_cycles():
     cycles = strongly_connected(GRAPH)
     assert not cycles, "import cycles (each a set of modules that import each other, directly or not):\n" + \
         "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_main_guard_imports_are_commands_not_library():
+    tree = ast.parse("import a\nif __name__ == '__main__':\n    import b\nif x:\n    import c\n")
+    names = {alias.name for node in _library_nodes(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert names == {"a", "c"}
 
 
 def _layer(module: str) -> int | None:

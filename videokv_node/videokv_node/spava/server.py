@@ -150,3 +150,11 @@ def main(argv: list[str] | None = None, serve: ServeJobs | None = None) -> int:
         return EXIT_BROKEN_GROUP
     dist.destroy_process_group()
     return 0
+
+
+if __name__ == "__main__":
+    # A command, not the library: `torchrun ... -m videokv_node.spava.server` (the command before issue 19)
+    # runs the service as `-m videokv_node.ros.long_replay` does, rank 0 hosting the ROS action.
+    from videokv_node.ros.long_replay import main as service_main
+
+    sys.exit(service_main())
