@@ -8,7 +8,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from videokv_node.eval.__main__ import main
+from videokv_node.eval.cli import main
 from videokv_node.eval.bag_io import ImageBag, write_image_bag
 from videokv_node.eval.questions import parse_questions
 from videokv_node.eval.replay import EngineTarget, replay
@@ -139,7 +139,8 @@ def test_cli_writes_everything_and_refuses_bad_inputs(tmp_path, capsys):
     assert "no video_id 'missing'" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "o4"), "--param", "memory.nonsense=1"]) == 2
     assert "unknown parameter(s) memory.nonsense" in capsys.readouterr().err
-    # eval never imports ROS: --via ros is the ROS adapter's command (ros/evaluate.py), named in the refusal.
+    # eval never imports ROS: the library's CLI refuses --via ros, naming the ROS adapter's command (ros/evaluate.py);
+    # the `python -m videokv_node.eval` command hands it over (tests/integration/test_commands_before_issue19.py).
     assert main(args + ["--out", str(tmp_path / "o5"), "--via", "ros"]) == 2
     assert "use python -m videokv_node.ros.evaluate (the same arguments)" in capsys.readouterr().err
     assert not any((tmp_path / o).exists() for o in ("o2", "o3", "o5"))

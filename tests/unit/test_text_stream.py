@@ -8,7 +8,7 @@ import json
 import pytest
 
 from videokv_node.eval import text_stream
-from videokv_node.eval.__main__ import main
+from videokv_node.eval.cli import main
 from videokv_node.eval.needles import make_streams, write_streams
 
 ARGS = ["--model", "tiny-text", "--policy", "rekv", "--no-progress"]
