@@ -59,6 +59,12 @@ def main(args=None) -> int:
     except (ConfigError, ModelLoadError) as exc:
         rclpy.logging.get_logger(NODE_NAME).fatal(f"cannot start: {exc}")
         code = 1
+    except Exception:
+        # SIGINT/SIGTERM shut the context down under the executor: when that lands while it builds
+        # its wait set, rclpy raises RCLError ("the given context is not valid") rather than
+        # ExternalShutdownException. That is a requested stop, not a failure; anything else is.
+        if rclpy.ok():
+            raise
     finally:
         # A second Ctrl-C must not interrupt the cleanup half-way (the worker join is bounded).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
