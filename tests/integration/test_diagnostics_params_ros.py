@@ -67,7 +67,8 @@ def test_diagnostics_thresholds_and_period_are_runtime_parameters(ros):
             time.sleep(1.5)  # the tick already scheduled at the old period may still come
             start = len(arrivals)
             time.sleep(4.0)
-            assert 2 <= len(arrivals) - start <= 6, len(arrivals) - start  # 4 at 1 s; 20 at the old 0.2 s
+            # 4 at 1 s; 20 at the old 0.2 s. Wide bounds: a loaded CI machine delays ticks and delivers late.
+            assert 1 <= len(arrivals) - start <= 10, len(arrivals) - start
             assert proc.alive()
         finally:
             node_params.close()
