@@ -38,7 +38,7 @@ import torch
 from bench import report
 from bench.accuracy import load_model, memory_config, stream_frames
 from bench.machine import describe
-from bench.report import load_text, table
+from bench.report import load_text, log, table
 from videokv_node.eval.grounding import distance_s, in_span, recall_at_k, span_recall, spans_ns
 from videokv_node.eval.needles import make_streams
 from videokv_node.eval.visual_needles import make_visual_streams
@@ -144,10 +144,6 @@ one prefill per option); they include no ROS round trip.
 
 {tables}
 """
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,7 +54,7 @@ import torch
 from bench import report
 from bench.accuracy import OFFLOAD_BYTES, POLICIES, load_model, memory_config, stream_frames
 from bench.machine import describe
-from bench.report import load_text, table
+from bench.report import load_text, log, table
 from videokv_node.eval.needles import NeedleStream, make_streams
 from videokv_node.eval.recall import needle_recall
 from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
@@ -215,10 +215,6 @@ budget: see `bench/long_stream.py`).
 
 {tables}
 """
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

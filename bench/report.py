@@ -6,6 +6,7 @@ only that span, so the hand-written text around it survives every run.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,11 @@ class Run:
     tiny_geometry_bytes: tuple[int, int]  # tiny model: (tokens per frame, bytes per token in float32)
     real: RealSizeResult
     bound: list[BoundResult]
+
+
+def log(message: str) -> None:
+    """A benchmark's progress line, on stderr (stdout may be the rendered section)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def update_document(path: Path, section: str, begin: str = BEGIN, end_marker: str = END) -> None:

@@ -44,7 +44,7 @@ from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
 from bench import bound, memory_policies, real_size, tiny, vision_backends
 from bench.machine import Machine, describe
-from bench.report import Run, render, update_document
+from bench.report import Run, log, render, update_document
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,10 +70,6 @@ QUICK = Plan(memory_sizes=(50, 200), measured_frames=50, tiny_repeats=5,
              real_frames=3, real_repeats=1, bound_frames=1000,
              memory_lengths=(100, 300), memory_repeats=3)
 POLICIES = ("full", "rekv")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -10,11 +9,10 @@ import pytest
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from tests.integration.test_diagnostics_ros import ERROR, OK, Watcher, level  # noqa: E402
+from tests.integration.test_diagnostics_ros import ERROR, OK, level, watching  # noqa: E402
 from tests.integration.test_node_ros import NS, RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
 from tests.integration.test_runtime_params_ros import Params  # noqa: E402
 from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
@@ -31,13 +29,9 @@ def test_diagnostics_thresholds_and_period_are_runtime_parameters(ros):
         "diagnostics_silence_warn_s": 30.0,
         "diagnostics_silence_error_s": 60.0,
     }
-    with running_node(ros, params, "videokv_dp") as (proc, client, peer):
-        watcher = Watcher(peer)
+    with running_node(ros, params, "videokv_dp") as (proc, client, peer), watching(peer, ros[1]) as watcher:
         arrivals: list[float] = []
         peer.create_subscription(DiagnosticArray, "/diagnostics", lambda _: arrivals.append(time.monotonic()), 10)
-        executor = SingleThreadedExecutor(context=ros[1])
-        executor.add_node(peer)
-        threading.Thread(target=executor.spin, daemon=True).start()
         param_node = Node("videokv_dp_params", context=ros[1])
         node_params = Params(param_node, ros[1], "/videokv_dp")
         try:
@@ -73,4 +67,3 @@ def test_diagnostics_thresholds_and_period_are_runtime_parameters(ros):
         finally:
             node_params.close()
             param_node.destroy_node()
-            executor.shutdown()

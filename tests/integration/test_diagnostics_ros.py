@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -48,6 +49,19 @@ class Watcher:
             return self.latest[name]
 
 
+@contextmanager
+def watching(peer, context):
+    """A Watcher on ``peer``, spun on its own thread until the block ends."""
+    watcher = Watcher(peer)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(peer)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    try:
+        yield watcher
+    finally:
+        executor.shutdown()
+
+
 def level(s: DiagnosticStatus) -> int:
     return int.from_bytes(s.level, "little")
 
@@ -67,40 +81,33 @@ def test_camera_silence_and_recovery_on_diagnostics(ros):
         "diagnostics_silence_warn_s": 1.0,
         "diagnostics_silence_error_s": 2.5,
     }
-    with running_node(ros, params, "videokv_diag") as (proc, client, peer):
-        watcher = Watcher(peer)
-        executor = SingleThreadedExecutor(context=ros[1])
-        executor.add_node(peer)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
-        try:
-            pub = peer.create_publisher(Image, "/cam_diag", RELIABLE)
-            wait_subscribed(pub)
-            stamp = [10 * NS]
+    with running_node(ros, params, "videokv_diag") as (proc, client, peer), watching(peer, ros[1]) as watcher:
+        pub = peer.create_publisher(Image, "/cam_diag", RELIABLE)
+        wait_subscribed(pub)
+        stamp = [10 * NS]
 
-            def stream(seconds: float) -> None:
-                end = time.monotonic() + seconds
-                while time.monotonic() < end:
-                    pub.publish(image_msg(frame(stamp[0] // NS), stamp[0]))
-                    stamp[0] += NS // 10
-                    time.sleep(0.1)
+        def stream(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pub.publish(image_msg(frame(stamp[0] // NS), stamp[0]))
+                stamp[0] += NS // 10
+                time.sleep(0.1)
 
-            stream(1.5)
-            s = watcher.wait(CAMERA, lambda s: level(s) == OK and float(values(s)["input_rate_hz"]) > 0, 10)
-            assert s.hardware_id == "/videokv_diag" and "receiving at" in s.message
-            memory = watcher.wait("videokv: memory", lambda s: True, 5)
-            v = values(memory)
-            assert v["model"] == "tiny" and v["vision_backend"] == "torch:cpu" and v["device_memory"] == "cpu"
+        stream(1.5)
+        s = watcher.wait(CAMERA, lambda s: level(s) == OK and float(values(s)["input_rate_hz"]) > 0, 10)
+        assert s.hardware_id == "/videokv_diag" and "receiving at" in s.message
+        memory = watcher.wait("videokv: memory", lambda s: True, 5)
+        v = values(memory)
+        assert v["model"] == "tiny" and v["vision_backend"] == "torch:cpu" and v["device_memory"] == "cpu"
 
-            # Silence: WARN past 1 s, ERROR past 2.5 s, with the reason.
-            s = watcher.wait(CAMERA, lambda s: level(s) == WARN, 10)
-            assert s.message.startswith("silent")
-            s = watcher.wait(CAMERA, lambda s: level(s) == ERROR, 10)
-            assert s.message.startswith("silent: no frame for")
+        # Silence: WARN past 1 s, ERROR past 2.5 s, with the reason.
+        s = watcher.wait(CAMERA, lambda s: level(s) == WARN, 10)
+        assert s.message.startswith("silent")
+        s = watcher.wait(CAMERA, lambda s: level(s) == ERROR, 10)
+        assert s.message.startswith("silent: no frame for")
 
-            # The camera comes back: OK again, same node process.
-            stream(0.6)
-            s = watcher.wait(CAMERA, lambda s: level(s) == OK, 10)
-            assert "receiving at" in s.message and proc.alive()
-        finally:
-            executor.shutdown()
+        # The camera comes back: OK again, same node process.
+        stream(0.6)
+        s = watcher.wait(CAMERA, lambda s: level(s) == OK, 10)
+        assert "receiving at" in s.message and proc.alive()
+

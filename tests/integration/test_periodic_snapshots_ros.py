@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 
 import pytest
@@ -16,11 +15,10 @@ import pytest
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from tests.integration.test_diagnostics_ros import Watcher, level, values  # noqa: E402
+from tests.integration.test_diagnostics_ros import level, values, watching  # noqa: E402
 from tests.integration.test_node_ros import NS, RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
 from videokv_node.ros.client import MemoryClient  # noqa: E402
 from videokv_node.ros.conversions import time_to_ns  # noqa: E402
@@ -115,37 +113,29 @@ def test_a_snapshot_directory_that_refuses_writes_warns_and_loses_nothing(ros, t
     params = params_for(tmp_path)
     params["memory.restore_on_start"] = ""
     root = tmp_path / "snaps"
-    with running_node(ros, params, "videokv_diskfull") as (proc, client, peer):
-        watcher = Watcher(peer)
-        executor = SingleThreadedExecutor(context=ros[1])
-        executor.add_node(peer)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
-        try:
-            pub = peer.create_publisher(Image, "/cam_p", RELIABLE)
-            wait_subscribed(pub)
-            for i in range(4):
-                pub.publish(image_msg(frame(600 + i), (80 + i) * NS))
-                time.sleep(0.05)
-            done = client.wait_stats(lambda s: s.frames_ingested == 4 and s.queue_depth == 0, timeout=120)
-            wait_snapshot_after(client, time_to_ns(done.header.stamp))
-            watcher.wait("videokv: snapshots", lambda s: level(s) == OK, timeout=30)
-            written = {p.name: sorted(f.name for f in p.iterdir()) for p in root.glob("auto-*")}
-            # The directory becomes unwritable: a plain file where it was (root ignores permissions).
-            os.rename(root, tmp_path / "away")
-            root.write_text("not a directory")
-            warn = watcher.wait("videokv: snapshots", lambda s: level(s) == WARN, timeout=30)
-            assert "the last snapshot write failed" in warn.message and int(values(warn)["failed"]) >= 1
-            assert client.wait_stats(lambda s: s.snapshots_failed >= 1, timeout=10).frames_ingested == 4
-            assert client.ask("What is on the table?").success  # the node keeps running
-            # Back: what was written is intact, and snapshots resume (written whole).
-            root.unlink()
-            os.rename(tmp_path / "away", root)
-            for name, files in written.items():
-                if (root / name).exists():
-                    assert sorted(f.name for f in (root / name).iterdir()) == files
-            watcher.wait("videokv: snapshots", lambda s: level(s) == OK, timeout=30)
-        finally:
-            executor.shutdown()
+    with running_node(ros, params, "videokv_diskfull") as (proc, client, peer), watching(peer, ros[1]) as watcher:
+        pub = peer.create_publisher(Image, "/cam_p", RELIABLE)
+        wait_subscribed(pub)
+        for i in range(4):
+            pub.publish(image_msg(frame(600 + i), (80 + i) * NS))
+            time.sleep(0.05)
+        done = client.wait_stats(lambda s: s.frames_ingested == 4 and s.queue_depth == 0, timeout=120)
+        wait_snapshot_after(client, time_to_ns(done.header.stamp))
+        watcher.wait("videokv: snapshots", lambda s: level(s) == OK, timeout=30)
+        written = {p.name: sorted(f.name for f in p.iterdir()) for p in root.glob("auto-*")}
+        # The directory becomes unwritable: a plain file where it was (root ignores permissions).
+        os.rename(root, tmp_path / "away")
+        root.write_text("not a directory")
+        warn = watcher.wait("videokv: snapshots", lambda s: level(s) == WARN, timeout=30)
+        assert "the last snapshot write failed" in warn.message and int(values(warn)["failed"]) >= 1
+        assert client.wait_stats(lambda s: s.snapshots_failed >= 1, timeout=10).frames_ingested == 4
+        assert client.ask("What is on the table?").success  # the node keeps running
+        # Back: what was written is intact, and snapshots resume (written whole).
+        root.unlink()
+        os.rename(tmp_path / "away", root)
+        for name, files in written.items():
+            if (root / name).exists():
+                assert sorted(f.name for f in (root / name).iterdir()) == files
+        watcher.wait("videokv: snapshots", lambda s: level(s) == OK, timeout=30)
     assert "periodic snapshot failed, earlier snapshots kept" in proc.output()
     shutil.rmtree(root, ignore_errors=True)

@@ -9,6 +9,7 @@ still has and their K/V; a layer with none left holds ``None``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -156,14 +157,20 @@ class FrameBlock:
         return block
 
 
-def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
-    """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
+def newest_within(newest_first: Iterable[FrameBlock], max_tokens: int) -> list[FrameBlock]:
+    """The blocks taken from ``newest_first`` while their encoded tokens fit in ``max_tokens``, in time
+    order; the iterable is read only as far as the cut (callers pass lazy walks over a large store)."""
     out: list[FrameBlock] = []
     total = 0
-    for block in reversed(blocks):
+    for block in newest_first:
         if total + block.n_tokens > max_tokens:
             break
         out.append(block)
         total += block.n_tokens
     out.reverse()
     return out
+
+
+def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
+    """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
+    return newest_within(reversed(blocks), max_tokens)

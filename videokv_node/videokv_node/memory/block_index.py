@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier, recent_within
+from videokv_node.memory.block import FrameBlock, Tier, newest_within
 from videokv_node.models.adapter import KVGeometry
 
 TIER_CODE = {Tier.RESIDENT: 0, Tier.OFFLOADED: 1}
@@ -230,7 +230,7 @@ class Candidates:
     def recent_within(self, max_tokens: int) -> list[FrameBlock]:
         """``policy.recent_within(self.blocks(), max_tokens)``, reading only the newest candidates."""
         newest = self.index.newest(self.mask, max_tokens + 1)  # every block has >= 1 token: enough to find the cut
-        return recent_within(self.index.blocks_of(newest)[::-1], max_tokens)  # newest first -> time order
+        return newest_within(self.index.blocks_of(newest), max_tokens)
 
     def without(self, blocks: Sequence[FrameBlock]) -> "Candidates":
         mask = self.mask.clone()

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier, recent_within  # recent_within: re-exported for the policies
+from videokv_node.memory.block import FrameBlock, Tier, newest_within, recent_within  # recent_within: re-exported for the policies
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import MemoryConfig
@@ -196,17 +196,8 @@ class MemoryPolicy(ABC):
 def recent_resident(store: BlockStore, max_tokens: int, stream: str | None = None) -> list[FrameBlock]:
     """``recent_within`` of the resident blocks (of ``stream`` only, if given), in time order, reading
     the resident tier newest first only as far as the window goes."""
-    out: list[FrameBlock] = []
-    total = 0
-    for block in store.newest_first(Tier.RESIDENT):
-        if stream is not None and block.stream != stream:
-            continue
-        if total + block.n_tokens > max_tokens:
-            break
-        out.append(block)
-        total += block.n_tokens
-    out.reverse()
-    return out
+    resident = store.newest_first(Tier.RESIDENT)
+    return newest_within(resident if stream is None else (b for b in resident if b.stream == stream), max_tokens)
 
 
 def present_in(blocks: Sequence[FrameBlock], n_layers: int) -> list[list[FrameBlock]]:

@@ -29,16 +29,24 @@ def compressed_to_rgb(msg):
     return decode_compressed_image(msg.format, msg.data)
 
 
+def request_scope(request, resolve_camera) -> dict:
+    """The cameras and time window of an AskVideo or Locate request (same field names), as the
+    ``cameras``/``since_ns``/``until_ns`` keywords of Question and LocateQuery; camera names are
+    resolved like the node's own topics, empty ones dropped."""
+    return {
+        "cameras": [resolve_camera(c) for c in request.cameras if c],
+        "since_ns": time_to_ns(request.since),
+        "until_ns": time_to_ns(request.until),
+    }
+
+
 def request_to_question(request, resolve_camera) -> Question:
-    """AskVideo request or action goal (same fields) -> Question; camera names are resolved
-    like the node's own topics."""
+    """AskVideo request or action goal (same fields) -> Question."""
     return Question(
         text=request.question,
         options=list(request.options),
-        cameras=[resolve_camera(c) for c in request.cameras if c],
-        since_ns=time_to_ns(request.since),
-        until_ns=time_to_ns(request.until),
         max_new_tokens=int(request.max_new_tokens),
+        **request_scope(request, resolve_camera),
     )
 
 

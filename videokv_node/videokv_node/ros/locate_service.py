@@ -14,7 +14,7 @@ from videokv_interfaces.srv import Locate
 
 from videokv_node.memory.locate import LocateQuery
 from videokv_node.memory.question import RequestError
-from videokv_node.ros.conversions import ns_to_time, pose_to_msg, time_to_ns
+from videokv_node.ros.conversions import ns_to_time, pose_to_msg, request_scope
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
 
 
@@ -24,13 +24,7 @@ def request_to_query(request, resolve_camera, max_k: int) -> LocateQuery:
         raise RequestError("query is empty")
     if not 1 <= request.top_k <= max_k:
         raise RequestError(f"top_k must be in [1, {max_k}] (locate_max_k), got {request.top_k}")
-    return LocateQuery(
-        text=request.query,
-        top_k=int(request.top_k),
-        cameras=[resolve_camera(c) for c in request.cameras if c],
-        since_ns=time_to_ns(request.since),
-        until_ns=time_to_ns(request.until),
-    )
+    return LocateQuery(text=request.query, top_k=int(request.top_k), **request_scope(request, resolve_camera))
 
 
 def fill_locate_response(response, result):
