@@ -233,15 +233,19 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny")
 
     @classmethod
-    def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64) -> "VideoKVTinyAdapter":
-        """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files."""
+    def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64,
+             colour_stats: bool = False) -> "VideoKVTinyAdapter":
+        """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files.
+        ``colour_stats``: the v4 projector, its colour map drawn at random (not zero) so that it shows."""
         tokenizer = build_tiny_tokenizer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             encoder = EfficientNetLite0().eval()
             encoder.requires_grad_(False)
             llm = LlamaForCausalLM(tiny_llama_config(tokenizer))
-            projector = Projector(llm.config.hidden_size, mlp_dim=64)
+            projector = Projector(llm.config.hidden_size, mlp_dim=64, colour_stats=colour_stats)
+            if colour_stats:
+                torch.nn.init.normal_(projector.colour.weight, std=0.5)
         return cls(encoder.to(device), projector.to(device), llm.to(device), tokenizer, "videokv-tiny-random", image_size)
 
     # --- vision -----------------------------------------------------------
