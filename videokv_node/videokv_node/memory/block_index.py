@@ -42,7 +42,8 @@ class BlockIndex:
 
     Invariants: a block is in the store iff it holds a slot (``slot_of``); a free slot has
     block id -1 and is in no mask; ``blocks[slot]`` is the block a slot holds; ``present``
-    says which layers keep tokens, ``tokens`` how many; every tensor has ``capacity`` rows.
+    says which layers keep tokens, ``tokens`` how many; every tensor has ``capacity`` rows;
+    ``ordered()`` lists every held slot exactly once, by increasing block id.
     """
 
     def __init__(self, geometry: KVGeometry, device: torch.device, capacity: int = 64) -> None:
