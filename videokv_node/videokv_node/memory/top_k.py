@@ -20,9 +20,9 @@ _SORT_BELOW = 4  # k * 4 >= n: the full sort is as cheap as the cut and certainl
 def _cut_parts(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(indices above the k-th highest value, ascending; indices equal to it, ascending), or None
     where the full sort must decide (a NaN: ``topk`` and ``sort`` need not agree on where it goes)."""
-    cut = torch.topk(scores, k).values[-1]
-    if torch.isnan(cut) or bool(torch.isnan(scores).any()):
+    if bool(torch.isnan(scores).any()):
         return None
+    cut = torch.topk(scores, k).values[-1]
     return (scores > cut).nonzero().flatten(), (scores == cut).nonzero().flatten()
 
 
