@@ -19,7 +19,7 @@ from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block, store_with
 from videokv_node.memory import GenerationConfig, MemoryConfig, VideoMemoryEngine
 from videokv_node.memory.block import Tier
-from videokv_node.memory.block_index import Candidates, top_k_slots
+from videokv_node.memory.block_index import BlockIndex, Candidates, top_k_slots
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import StreamKVConfig
 from videokv_node.memory.policy import EncodeJob, recent_within
@@ -209,3 +209,50 @@ def test_streamkv_cache_larger_than_the_budget_never_demotes_the_window(tiny_ada
         assert e.store.resident_entries <= (memory.budget_tokens - sink) * L
     assert e.store.count(Tier.OFFLOADED) > 0  # older blocks made room for the cache
     assert len(e.policy.pending_units()) == 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "restore", "evict", "demote", "clear"]), st.integers(0, 10**6)),
+                    max_size=160),
+       capacity=st.integers(1, 8))
+def test_creation_order_is_kept_across_insert_evict_demote_and_restore(ops, capacity):
+    """``ordered`` and ``by_age`` equal the held blocks sorted by id, here by ``sorted``, after any
+    sequence of inserts (new ids, or a lower free id as a snapshot restore may enter them), evictions
+    (dead entries, compaction, slots reused), demotions and clears; masks pick any subset."""
+    index = BlockIndex(GEO, torch.device("cpu"), capacity=capacity)
+    held: dict[int, object] = {}
+    next_id = 0
+    for op, r in ops:
+        if op == "add" or (op == "restore" and not held):
+            b = block(next_id)
+            next_id += 1
+        elif op == "restore":  # an id below the newest, not held
+            free = [i for i in range(max(held)) if i not in held]
+            if not free:
+                continue
+            b = block(free[r % len(free)])
+        elif op == "evict" and held:
+            index.remove(held.pop(sorted(held)[r % len(held)]))
+            continue
+        elif op == "demote" and held:
+            victim = held[sorted(held)[r % len(held)]]
+            victim.tier = Tier.OFFLOADED
+            index.move(victim)
+            continue
+        elif op == "clear":
+            index.clear()
+            held.clear()
+            continue
+        else:
+            continue
+        index.insert(b)
+        held[b.block_id] = b
+        rng = random.Random(r)
+        chosen = {i for i in held if rng.random() < 0.5}
+        mask = torch.zeros(index.capacity, dtype=torch.bool)
+        for i in chosen:
+            mask[index.slot_of[i]] = True
+        assert [index.blocks[s].block_id for s in index.by_age(mask).tolist()] == sorted(chosen)
+        assert [index.blocks[s].block_id for s in index.ordered().tolist()] == sorted(held)
+    assert [index.blocks[s].block_id for s in index.ordered().tolist()] == sorted(held)
+    assert len(index) == len(held)

@@ -228,8 +228,9 @@ class AnsweringMixin:
         self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
         # Per layer, the frames attended to (evaluation's needle recall, eval/recall.py), read now:
         # a block may leave memory later, and a question-only block (an open segment) never enters it.
+        # (A block's test is made once, not once per stamp: a summary cites every frame of its segment.)
         self.last_layer_stamps = [
-            sorted({s for bid in ids for s in chosen[bid].stamps_ns if chosen[bid].stamp_ns > 0 or chosen[bid].kind != "summary"})
+            sorted({s for bid in ids if chosen[bid].stamp_ns > 0 or chosen[bid].kind != "summary" for s in chosen[bid].stamps_ns})
             for ids in self.last_layer_blocks
         ]
         if stage is not None:

@@ -16,6 +16,12 @@ scores every slot with one matrix product per layer and takes top-k on the devic
 Python touches only the k blocks picked. Selection semantics are the policies' own:
 candidates are ordered by block id (creation order, the order ``BlockStore.blocks()``
 gives), and the tie rules of ``retrieval_cache.top_k_blocks`` and ``select_kv`` hold.
+
+Creation order is kept, not recomputed (issue 16): an order tensor lists the slots in the
+order their blocks entered, a freed slot's entry is marked dead where it stands and the
+tensor is compacted once the dead outnumber the living, so a question reads the held slots
+in creation order with one masked copy instead of an argsort of their ids. A block entered
+out of id order (a snapshot restored in another order) is sorted in at the next read, once.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ class BlockIndex:
 
     Invariants: a block is in the store iff it holds a slot (``slot_of``); a free slot has
     block id -1 and is in no mask; ``blocks[slot]`` is the block a slot holds; ``present``
-    says which layers keep tokens, ``tokens`` how many; every tensor has ``capacity`` rows.
+    says which layers keep tokens, ``tokens`` how many; every tensor has ``capacity`` rows;
+    ``ordered()`` lists every held slot exactly once, by increasing block id.
     """
 
     def __init__(self, geometry: KVGeometry, device: torch.device, capacity: int = 64) -> None:
@@ -58,6 +65,18 @@ class BlockIndex:
         self.slot_of: dict[int, int] = {}  # block id -> slot
         self._free: list[int] = []  # a stack of free slots
         self._codes: dict[str, int] = {}  # camera / stream names -> codes (never forgotten: a handful)
+        # Creation order (``ordered``): ``_order[:_order_n]`` are slots in the order their blocks were
+        # inserted; ``_order_live[i]`` is False once entry i's block left (its slot may hold another
+        # block by then, entered again at the end); ``_pos[slot]`` is the slot's live entry. Changed
+        # only by insert / remove / clear.
+        self._order = torch.zeros(0, dtype=torch.long, device=device)  # (capacity of the order,) slots
+        self._order_live = torch.zeros(0, dtype=torch.bool, device=device)  # (same,)
+        self._order_n = 0  # entries used, live or dead
+        self._dead = 0  # dead entries among them
+        self._pos = torch.zeros(0, dtype=torch.long, device=device)  # (C,) slot -> its live entry
+        self._last_id = -1  # the highest block id entered since the order was last sorted
+        self._sorted = True  # False once a block entered below ``_last_id``: sorted at the next read
+        self._ordered: torch.Tensor | None = None  # (N,) the live slots in creation order, until a change
         self._grow(capacity)
 
     def __len__(self) -> int:
@@ -84,6 +103,7 @@ class BlockIndex:
         self.update_layers(block)
         if block.rep is not None:
             self.set_rep(block, block.rep)
+        self._enter(slot, block.block_id)
 
     def remove(self, block: FrameBlock) -> None:
         """Free the block's slot (evicted, or compressed away in every layer)."""
@@ -93,6 +113,11 @@ class BlockIndex:
         self.present[slot] = False
         self.tokens[slot] = 0
         self._free.append(slot)
+        self._order_live[self._pos[slot]] = False
+        self._dead += 1
+        self._ordered = None
+        if self._dead > max(64, self._order_n - self._dead):  # amortised O(1) per removal
+            self._compact()
 
     def move(self, block: FrameBlock) -> None:
         """The block changed tier (demotion): its slot's tier mark follows."""
@@ -117,6 +142,56 @@ class BlockIndex:
     def clear(self) -> None:
         for block in [b for b in self.blocks if b is not None]:
             self.remove(block)
+        self._order_live[: self._order_n] = False
+        self._order_n = self._dead = 0
+        self._last_id, self._sorted, self._ordered = -1, True, None
+
+    def _enter(self, slot: int, block_id: int) -> None:
+        """Append ``slot`` to the creation order (its block was just inserted)."""
+        if self._order_n == self._order.numel():
+            if self._dead:
+                self._compact()
+            if self._order_n == self._order.numel():
+                extra = max(self._order.numel(), 64)
+                self._order = torch.cat([self._order, self._order.new_zeros(extra)])
+                self._order_live = torch.cat([self._order_live, self._order_live.new_zeros(extra)])
+        n = self._order_n
+        self._order[n] = slot
+        self._order_live[n] = True
+        self._pos[slot] = n
+        self._order_n += 1
+        if block_id < self._last_id:
+            self._sorted = False
+        self._last_id = max(self._last_id, block_id)
+        self._ordered = None
+
+    def _compact(self) -> None:
+        """Drop the dead entries of the creation order, keeping the living in place order."""
+        live = torch.masked_select(self._order[: self._order_n], self._order_live[: self._order_n])
+        n = live.numel()
+        self._order[:n] = live
+        self._order_live[:n] = True
+        self._order_live[n:] = False
+        self._pos[live] = torch.arange(n, device=self.device)
+        self._order_n, self._dead = n, 0
+
+    def ordered(self) -> torch.Tensor:
+        """(N,) the slots of every held block in creation order (increasing block id); O(N), no sort.
+
+        The same tensor is returned until the index changes; callers must not write to it.
+        """
+        if self._ordered is None:
+            live = torch.masked_select(self._order[: self._order_n], self._order_live[: self._order_n])
+            if not self._sorted:  # a block entered out of id order: sort once, then keep appending
+                live = live[torch.argsort(self.block_id[live])]
+                n = live.numel()
+                self._order[:n] = live
+                self._order_live[:n] = True
+                self._order_live[n : self._order_n] = False
+                self._pos[live] = torch.arange(n, device=self.device)
+                self._order_n, self._dead, self._sorted = n, 0, True
+            self._ordered = live
+        return self._ordered
 
     def code(self, name: str) -> int:
         return self._codes.setdefault(name, len(self._codes))
@@ -138,6 +213,7 @@ class BlockIndex:
         self.tier, self.stream, self.camera = pad(self.tier), pad(self.stream), pad(self.camera)
         self.stamp_lo, self.stamp_hi = pad(self.stamp_lo), pad(self.stamp_hi)
         self.present, self.tokens, self.encoded = pad(self.present), pad(self.tokens), pad(self.encoded)
+        self._pos = pad(self._pos)
         self.blocks += [None] * extra
         self._free = list(range(capacity - 1, self.capacity - 1, -1)) + self._free  # lowest new slot on top
         self.capacity = capacity
@@ -162,9 +238,9 @@ class BlockIndex:
         return [self.blocks[s] for s in slots.tolist()]
 
     def by_age(self, mask: torch.Tensor) -> torch.Tensor:
-        """(n,) the slots of ``mask`` in creation order (increasing block id)."""
-        slots = mask.nonzero().flatten()
-        return slots[torch.argsort(self.block_id[slots])]
+        """(n,) the slots of ``mask`` in creation order (increasing block id): a masked copy of ``ordered``."""
+        order = self.ordered()
+        return torch.masked_select(order, mask.index_select(0, order))
 
     def newest(self, mask: torch.Tensor, n: int) -> torch.Tensor:
         """(min(n, count),) the slots of the ``n`` newest blocks of ``mask``, newest first."""

@@ -20,6 +20,15 @@ cumulative sums straddle the cut, where no ``p`` exists and the search fails.
 
 Cumulative sums are computed in float64 so that layers with identical scores
 get bit-identical sums, which makes the documented tie rule observable.
+
+Only the first cumulative sums can be taken (issue 16): ``C_l`` never decreases,
+so the ``N - L'`` smallest over all layers lie among each layer's first ``N - L'``
+(any later one has that many no larger and earlier in the tie order). A question
+therefore softmaxes every candidate's score but sorts only the top ``N - L' + 1``
+of each layer (``memory/top_k.py``: exact, the same values the full sort gives
+first), and the kept candidates are a top-k, not a sort of all of them. The
+answers are the full sort's, bit for bit (cumsum is a sequential scan, so a
+prefix of the sums does not depend on what follows it).
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+from videokv_node.memory.top_k import top_k_newest, top_values
 
 
 def cosine_scores(reps: torch.Tensor, criterion: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -65,6 +76,19 @@ def cumulative_scores(scores: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
+def _leading_cumulative(scores: Sequence[torch.Tensor], m: int) -> list[torch.Tensor]:
+    """``[c[:m] for c in cumulative_scores(scores)]`` without sorting all of each layer: the top m
+    softmaxed values (exact partial sort) and their prefix sums. float64, CPU."""
+    out = []
+    for s in scores:
+        s = s.detach().reshape(-1).to(device="cpu", dtype=torch.float64)  # (n_l,)
+        if s.numel() == 0:
+            out.append(s)
+            continue
+        out.append(torch.cumsum(top_values(torch.softmax(s, dim=0), m), dim=0))  # (min(m, n_l),)
+    return out
+
+
 def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     """K_l per layer: the layer-adaptive split of ``total`` (Eq. 7 and Algorithm 1, solved exactly).
 
@@ -89,12 +113,13 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     """
     if total < 0:
         raise ValueError(f"layer_budgets: total must be >= 0, got {total}")
-    cums = cumulative_scores(scores)
-    counts = [c.numel() for c in cums]
+    counts = [int(s.numel()) for s in scores]
     if total >= sum(counts):
         return counts
     nonempty = [layer for layer, n in enumerate(counts) if n > 0]
     budgets = [0] * len(counts)
+    # Only C_l(k) for k <= N - L' can be taken (module docstring), and C_l(1) for the case below.
+    cums = _leading_cumulative(scores, max(1, total - len(nonempty)))
     if total <= len(nonempty):
         tops = torch.stack([cums[layer][0] for layer in nonempty]) if nonempty else torch.zeros(0)  # (L',)
         # Stable descending sort keeps layer order among equal tops.
@@ -103,10 +128,10 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
         return budgets
     for layer in nonempty:
         budgets[layer] = 1
-    # Candidates k < n_l of every layer, concatenated in (layer, k) order: (sum n_l - L',)
-    values = torch.cat([c[:-1] for c in cums])
+    # Candidates k < n_l of every layer (the first N - L' of them), concatenated in (layer, k) order
+    values = torch.cat([c[: counts[layer] - 1] for layer, c in enumerate(cums)])
     owners = torch.cat(
-        [torch.full((c.numel() - 1,), layer, dtype=torch.int64) for layer, c in enumerate(cums) if c.numel()]
+        [torch.full((c[: counts[layer] - 1].numel(),), layer, dtype=torch.int64) for layer, c in enumerate(cums) if c.numel()]
     )
     # A stable ascending sort takes equal sums in (layer, k) order: the documented tie rule.
     taken = owners[torch.sort(values, stable=True).indices[: total - len(nonempty)]]
@@ -126,9 +151,8 @@ def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
     out = []
     for s, k in zip(scores, layer_budgets(scores, total)):
         s = s.detach().reshape(-1)  # (n_l,)
-        # Stable descending sort of the reversed scores puts the newest first among equals.
-        order = torch.sort(s.flip(0), descending=True, stable=True).indices[:k]
-        out.append(torch.sort(s.numel() - 1 - order).values.to(device="cpu", dtype=torch.int64))
+        # The k best, newest first among equals at the cut (a stable sort of the reversed scores, exactly).
+        out.append(top_k_newest(s, k).to(device="cpu", dtype=torch.int64))
     return out
 
 

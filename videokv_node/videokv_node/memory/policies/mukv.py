@@ -187,14 +187,18 @@ class MuKVPolicy(MemoryPolicy):
         q = q.view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)  # (H_kv * D,)
         index = store.index
         order = index.by_age(candidates.mask)  # (N,) slots in creation order
-        by_gran = {g: order[index.stream[order] == index.code(g)] for g in GRANULARITIES}  # (N_g,) slots
+        stream = index.stream.index_select(0, order)  # (N,) stream codes
+        by_gran = {g: torch.masked_select(order, stream == index.code(g)) for g in GRANULARITIES}  # (N_g,) slots
         present = [g for g in GRANULARITIES if by_gran[g].numel()]
-        reps = {g: index.rep[by_gran[g]] for g in present}  # (N_g, H_kv * D)
+        # Every candidate's row is gathered for the cosine (O(N), no sort) rather than scored in place on
+        # the slot tensor: the BLAS product rounds a row differently at a matrix's tail, and the scores,
+        # hence the selection, must stay those of the gathered rows.
+        reps = {g: index.rep.index_select(0, by_gran[g]) for g in present}  # (N_g, H_kv * D)
         scores = {g: cosine_scores(reps[g], q) for g in present}
         k = {g: getattr(self.cfg, f"retrieve_{g}") for g in present}
         lam = {g: getattr(self.cfg, f"rerank_{g}") for g in present}
         picked = semi_hierarchical_rerank(scores, reps, k, lam, top_segments=self.cfg.top_segments, over=self.cfg.over_retrieval)
-        slots = {g: by_gran[g][picked[g].to(by_gran[g].device)] for g in present}
+        slots = {g: by_gran[g].index_select(0, picked[g].to(by_gran[g].device)) for g in present}
         chosen = sorted((b for g in present for b in index.blocks_of(slots[g])), key=lambda b: b.order)
         self.last_selection = {g: [b.block_id for b in index.blocks_of(slots[g])] for g in present}
         return QuestionSelection(per_layer=[list(chosen) for _ in range(self.n_layers)])

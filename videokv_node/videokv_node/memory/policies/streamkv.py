@@ -286,14 +286,20 @@ class StreamKVPolicy(MemoryPolicy):
 
     def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
         """SelectKV over every candidate, read from the index: per layer, the candidates that keep
-        tokens there in creation order, their mean keys (heads concatenated) one gathered row each."""
+        tokens there in creation order, their mean keys (heads concatenated) one gathered row each.
+
+        The rows are gathered (one ``index_select``, O(N)) rather than scored in place on the slot
+        tensor: the BLAS matrix-vector product rounds a row's dot product differently at the tail of
+        a matrix, so scores taken in place would differ from these in the last bits and could flip
+        a near-tie; the selection stays the one the gathered scores give."""
         L = self.n_layers
         query = criterion(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H*D)
         index = store.index
         order = index.by_age(candidates.mask)  # (N,) slots in creation order
-        ranges = [order[index.present[order, layer]] for layer in range(L)]  # per layer (n_l,) slots
+        # per layer (n_l,) slots that keep tokens there, in creation order
+        ranges = [torch.masked_select(order, index.present[:, layer].index_select(0, order)) for layer in range(L)]
         scores = [
-            cosine_scores(index.key_mean[layer][r].reshape(r.numel(), -1), query[layer]) if r.numel() else torch.zeros(0)
+            cosine_scores(index.key_mean[layer].index_select(0, r).reshape(r.numel(), -1), query[layer]) if r.numel() else torch.zeros(0)
             for layer, r in enumerate(ranges)
         ]
         chosen = select_kv(scores, self.cfg.retrieve_frames * L)

@@ -25,6 +25,8 @@ from types import MappingProxyType
 import torch
 import torch.nn.functional as F
 
+from videokv_node.memory.top_k import top_k_stable
+
 GRANULARITIES = ("patch", "frame", "segment")
 # k_g: blocks retrieved per granularity at question time (notes §8; 64 in all).
 RETRIEVE_K = MappingProxyType({"patch": 20, "frame": 32, "segment": 12})
@@ -48,8 +50,9 @@ def _work(x: torch.Tensor) -> torch.Tensor:
 
 
 def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k highest scores, best first; ties go to the lower index (stable)."""
-    return torch.sort(scores, descending=True, stable=True).indices[:k]
+    """Indices of the k highest scores, best first; ties go to the lower index (a stable sort's
+    first k, computed without sorting them all: ``memory/top_k.py``)."""
+    return top_k_stable(scores, k)
 
 
 def attention_importance(probs: torch.Tensor) -> torch.Tensor:

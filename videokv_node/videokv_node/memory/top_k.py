@@ -1,0 +1,74 @@
+"""Exact partial sorts: the first k of a full sort's answer, in O(n) when k is small (issue 16).
+
+A question scores every block held (thousands to tens of thousands) but keeps a handful, so
+sorting all the scores to read the first k is O(n log n) work for nothing. Each function
+here returns exactly what the named full sort returns, ties included: ``torch.topk`` finds
+the k-th value (the cut), every score above the cut is taken, and the ties at the cut are
+taken by the sort's own tie rule; only those k are then sorted. A NaN score, or k close to
+n, falls back to the full sort itself (the same answer by definition).
+
+Tests: tests/unit/test_top_k.py checks each against its full sort on random and tied inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_SORT_BELOW = 4  # k * 4 >= n: the full sort is as cheap as the cut and certainly the same
+
+
+def _cut_parts(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(indices above the k-th highest value, ascending; indices equal to it, ascending), or None
+    where the full sort must decide (a NaN: ``topk`` and ``sort`` need not agree on where it goes)."""
+    if bool(torch.isnan(scores).any()):
+        return None
+    cut = torch.topk(scores, k).values[-1]
+    return (scores > cut).nonzero().flatten(), (scores == cut).nonzero().flatten()
+
+
+def top_k_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """``torch.sort(scores, descending=True, stable=True).indices[:k]``: the k highest, best first,
+    equal scores by lower index. scores: (n,) -> (min(k, n),) int64."""
+    n = scores.numel()
+    k = max(0, min(k, n))
+    if k * _SORT_BELOW >= n or k == 0:
+        return torch.sort(scores, descending=True, stable=True).indices[:k]
+    parts = _cut_parts(scores, k)
+    if parts is None:
+        return torch.sort(scores, descending=True, stable=True).indices[:k]
+    above, tied = parts
+    picked = torch.sort(torch.cat([above, tied[: k - above.numel()]])).values  # (k,) ascending index
+    # A stable sort of ascending indices keeps the lower index first among equal scores.
+    return picked[torch.sort(scores[picked], descending=True, stable=True).indices]
+
+
+def top_k_newest(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices of the k highest scores, ascending, equal scores at the cut to the higher index:
+    ``sort(n - 1 - sort(scores.flip(0), descending=True, stable=True).indices[:k])``.
+    scores: (n,) -> (min(k, n),) int64."""
+    n = scores.numel()
+    k = max(0, min(k, n))
+    if k * _SORT_BELOW >= n or k == 0:
+        return _newest_by_sort(scores, k)
+    parts = _cut_parts(scores, k)
+    if parts is None:
+        return _newest_by_sort(scores, k)
+    above, tied = parts
+    need = k - above.numel()
+    return torch.sort(torch.cat([above, tied[tied.numel() - need :] if need else tied[:0]])).values
+
+
+def _newest_by_sort(scores: torch.Tensor, k: int) -> torch.Tensor:
+    order = torch.sort(scores.flip(0), descending=True, stable=True).indices[:k]
+    return torch.sort(scores.numel() - 1 - order).values
+
+
+def top_values(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """``torch.sort(scores, descending=True).values[:k]``: the k highest values, descending (equal
+    values are interchangeable, so the sequence is the sort's; scores without signed zeros, whose
+    order the two need not share, such as a softmax). scores: (n,) -> (min(k, n),)."""
+    n = scores.numel()
+    k = max(0, min(k, n))
+    if k * _SORT_BELOW >= n or k == 0 or bool(torch.isnan(scores).any()):
+        return torch.sort(scores, descending=True).values[:k]
+    return torch.topk(scores, k, sorted=True).values
