@@ -44,7 +44,7 @@ from safetensors.torch import load_file, save_file
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0
 from videokv_node.models.lora import DecoderLoRA
 from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
-from videokv_node.tinyvlm.align import align_cells
+from videokv_node.tinyvlm.align import align_cells, projector_groups
 from videokv_node.tinyvlm.dataset import build_examples, cached_features
 from videokv_node.tinyvlm.heldout import (
     CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, held_out_photo_examples, right_answers,
@@ -62,14 +62,15 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 
 
 def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch: int, lr: float, seed: int,
-          log_every: int = 10, time_limit_s: float | None = None, lora_lr: float | None = None) -> list[tuple[int, float]]:
+          log_every: int = 10, time_limit_s: float | None = None, lora_lr: float | None = None,
+          colour_lr: float | None = None) -> list[tuple[int, float]]:
     """AdamW on the projector (and the trainer's LoRA adapters, at ``lora_lr``); returns the loss curve
     as (step, mean loss since the last point).
 
     ``time_limit_s``: stop early (after a whole step) on a machine slower than planned; the
     curve's last step says how many steps ran, and the schedule stays the one of ``steps``.
     """
-    groups = [{"params": list(trainer.projector.parameters()), "peak": lr}]
+    groups = projector_groups(trainer.projector, lr, colour_lr)
     if trainer.lora is not None:
         groups.append({"params": list(trainer.lora.parameters()), "peak": lora_lr if lora_lr is not None else lr})
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-photo-examples", type=int, default=26, help="held-out questions on fresh crops of the photos")
     p.add_argument("--align-steps", type=int, default=600, help="stage 1: cell-to-word alignment steps (full batch)")
     p.add_argument("--align-lr", type=float, default=2e-3)
+    p.add_argument("--colour-lr", type=float, default=None,
+                   help="learning rate of the projector's colour branch in both stages (None: the stage's own); v4: 1e-2")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
     p.add_argument("--log-every", type=int, default=10, help="steps per loss-curve point")
@@ -178,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
         missing, unexpected = projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=False)
         if unexpected or any(not k.startswith("colour.") for k in missing):
             raise SystemExit(f"--init-from {args.init_from}: projector weights do not fit ({missing=}, {unexpected=})")
-    align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
+    align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr,
+                              args.colour_lr)
     lora = DecoderLoRA(llm, rank=args.lora_rank, alpha=args.lora_alpha) if args.lora_rank else None
     if init is not None and lora is not None:
         if init.get("lora") != lora.config():
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                                max_gap=args.max_gap, gap_share=args.gap_share, seed=args.seed,
                                window_share=args.window_share, max_lead=args.max_lead)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
-                  lora_lr=args.lora_lr, log_every=args.log_every)
+                  lora_lr=args.lora_lr, log_every=args.log_every, colour_lr=args.colour_lr)
     t_train = time.monotonic() - t_start - t_feat
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         "training": {
             "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0] if curve else 0, "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
             "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
-                       "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
+                       "steps": args.align_steps, "lr": args.align_lr, "colour_lr": args.colour_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
             "stage2": "next-token cross-entropy of answer tokens through the decoder (projector and LoRA trained), "
                       "plus align_weight x the stage 1 loss on the batch's rendered frames; the fields below",
             "align_weight": args.align_weight, "lora_lr": args.lora_lr if lora is not None else None,
