@@ -111,9 +111,14 @@ def test_a_free_shape_is_drawn_where_its_spec_says():
             assert np.abs(np.asarray(COLOURS[s.colour]) - px).max() <= 20
 
 
-def test_free_shapes_have_no_column_words():
-    scene = VariedSampler(1).question("colour").scenes[0]
-    assert cell_words(scene) is None
+def test_free_shapes_have_column_words_naming_only_their_own_colour_and_shape():
+    """v4: stage 1 aligns free shapes too (tests/unit/test_videokv_tiny_colour.py has the rule by hand)."""
+    for seed in range(20):
+        scene = VariedSampler(seed).question().scenes[0]
+        words = cell_words(scene)
+        assert len(words) == 6 and words != ["nothing"] * 6
+        names = {(s.colour, s.shape) for s in scene.shapes} | {("nothing", "nothing")}
+        assert all((words[2 * c], words[2 * c + 1]) in names for c in range(3))
     assert cell_words(Scene((Shape("red", "circle", "left"),))) is not None
 
 

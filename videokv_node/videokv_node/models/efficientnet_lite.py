@@ -143,3 +143,8 @@ def load_efficientnet_lite0(device: torch.device | str = "cpu") -> EfficientNetL
 def normalise(pixels: torch.Tensor) -> torch.Tensor:
     """(B, 3, H, W) RGB in [0, 1] -> the network's input range, (x - 0.5) / 0.5."""
     return (pixels - 0.5) / 0.5
+
+
+def denormalise(x: torch.Tensor) -> torch.Tensor:
+    """``normalise``'s inverse: the network's input -> RGB in [0, 1]."""
+    return x * 0.5 + 0.5

@@ -35,7 +35,7 @@ from videokv_node.models.adapter import KVGeometry
 from videokv_node.models.attention import use_videokv_attention
 from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMAdapter
 from videokv_node.models.efficientnet_lite import (
-    FEATURE_DIM, IMAGE_SIZE, MID_FEATURE_DIM, EfficientNetLite0, load_efficientnet_lite0, normalise,
+    FEATURE_DIM, IMAGE_SIZE, MID_FEATURE_DIM, EfficientNetLite0, denormalise, load_efficientnet_lite0, normalise,
 )
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
@@ -67,6 +67,26 @@ def grid_pool(x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     return pool_matrix(h, grid[0], x) @ x @ pool_matrix(w, grid[1], x).T
 
 
+COLOUR_STATS = 4  # per cell: the chroma-squared-weighted mean R, G, B and the mean chroma (colour_statistics)
+
+
+def colour_statistics(pixels: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, 3, H, W) RGB in [0, 1] -> (B, COLOUR_STATS, rows, cols): per cell of the grid, the mean colour of
+    its pixels weighted by their chroma squared (max - min channel), and the cell's mean chroma.
+
+    Why (videokv-tiny v4, issue 14): an average-pooled cell of the encoder's maps mixes a shape with the
+    backdrop around it, and on textured or photo backdrops the v3 candidates could not name the colour of a
+    free shape even on the renders they were trained on (0.30). Saturated pixels dominate the weighted
+    mean, so it is the colour of what is coloured in the cell whatever the (unsaturated) backdrop; a
+    linear probe on these statistics named held-out shapes' colours at 0.88 (an MLP 0.97), one on the
+    pooled maps 0.76 (docs/BENCHMARKS.md, "Reading the videokv-tiny tables"). Matrix products and reductions only, so it exports to ONNX with the encoder.
+    """
+    chroma = (pixels.amax(1, keepdim=True) - pixels.amin(1, keepdim=True))  # (B, 1, H, W)
+    weight = chroma * chroma
+    mean_rgb = grid_pool(pixels * weight, grid) / (grid_pool(weight, grid) + 1e-4)
+    return torch.cat([mean_rgb, grid_pool(chroma, grid)], 1)
+
+
 class Projector(nn.Module):
     """Encoder maps -> (F, rows * cols, hidden) visual tokens, column by column: token ``c * rows + r``.
 
@@ -81,39 +101,77 @@ class Projector(nn.Module):
     Choice, from the training data: a shape may lie wholly in the top or the bottom half of its
     column, so a token that must name its colour has to see the whole column. The first
     version projected each cell alone and could not say the colour of a shape in the other row.
+
+    ``colour_stats`` (v4 on; off for the weights before, which load unchanged): the column's cells'
+    ``colour_statistics`` of the frame's pixels, a hand-made feature beside the encoder's (a departure
+    from LLaVA's projector, which reads the vision tower alone), enter the MLP through a linear map of
+    their own, added to ``fc1``'s output. It starts at zero, so a projector trained without it starts
+    out computing exactly what it did.
     """
 
     def __init__(self, hidden: int, grid: tuple[int, int] = (2, 3), feature_dim: int = FEATURE_DIM,
-                 mid_dim: int = MID_FEATURE_DIM, mlp_dim: int | None = None):
+                 mid_dim: int = MID_FEATURE_DIM, mlp_dim: int | None = None, colour_stats: bool = False):
         super().__init__()
         self.grid = tuple(grid)  # (rows, cols) of the pooled maps
         self.hidden = hidden
         rows, cols = self.grid
-        self.column_dim = rows * (feature_dim + mid_dim)  # what pool() gives per column
+        self.map_dim = rows * (feature_dim + mid_dim)  # the encoder maps' part of pool() per column
+        self.colour_dim = rows * COLOUR_STATS if colour_stats else 0  # the colour statistics' part
+        self.column_dim = self.map_dim + self.colour_dim  # what pool() gives per column
         mlp_dim = mlp_dim or hidden
-        self.norm = nn.LayerNorm(self.column_dim)
-        self.fc1 = nn.Linear(self.column_dim, mlp_dim)
+        self.norm = nn.LayerNorm(self.map_dim)
+        self.fc1 = nn.Linear(self.map_dim, mlp_dim)
+        self.colour = nn.Linear(self.colour_dim, mlp_dim) if colour_stats else None
+        if self.colour is not None:
+            nn.init.zeros_(self.colour.weight)
+            nn.init.zeros_(self.colour.bias)
         self.fc2 = nn.Linear(mlp_dim, rows * hidden)
         self.cells = nn.Parameter(torch.zeros(rows * cols, hidden))  # (cols * rows, hidden), column-major
+
+    @property
+    def colour_stats(self) -> bool:
+        return self.colour is not None
+
+    def config(self) -> dict:
+        """The manifest's ``projector`` entry (``colour_stats`` only when on: older manifests lack it)."""
+        out = {"grid": list(self.grid), "mlp_dim": self.fc1.out_features}
+        return out | ({"colour_stats": True} if self.colour_stats else {})
 
     @property
     def pooled_shape(self) -> tuple[int, int]:
         """Shape of one frame's ``pool`` output: (cols, rows * (feature_dim + mid_dim))."""
         return self.grid[1], self.column_dim
 
-    def pool(self, maps: torch.Tensor, mid: torch.Tensor) -> torch.Tensor:
-        """(F, C, h, w) final and (F, M, h', w') mid maps -> (F, cols, rows * (C + M)): what the training
-        script caches (the encoder is frozen)."""
+    def pool_maps(self, maps: torch.Tensor, mid: torch.Tensor) -> torch.Tensor:
+        """(F, C, h, w) final and (F, M, h', w') mid maps -> (F, cols, rows * (C + M)): the encoder's part of
+        ``pool``, what the training script caches (the encoder is frozen)."""
         pooled = torch.cat([grid_pool(maps, self.grid), grid_pool(mid, self.grid)], 1)  # (F, C+M, rows, cols)
         return pooled.permute(0, 3, 2, 1).flatten(2)  # (F, cols, rows * (C + M))
 
+    def pool_colour(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(F, 3, S, S) RGB in [0, 1] -> (F, cols, rows * COLOUR_STATS): the colour statistics' part of ``pool``."""
+        return colour_statistics(pixels, self.grid).permute(0, 3, 2, 1).flatten(2)
+
+    def pool(self, maps: torch.Tensor, mid: torch.Tensor, pixels: torch.Tensor | None = None) -> torch.Tensor:
+        """(F, cols, column_dim): the encoder maps' part, then (``colour_stats``) the colour statistics of
+        ``pixels`` (RGB in [0, 1]), which it then needs."""
+        pooled = self.pool_maps(maps, mid)
+        if not self.colour_stats:
+            return pooled
+        if pixels is None:
+            raise ValueError("this projector reads the frame's colour statistics: pass its pixels")
+        return torch.cat([pooled, self.pool_colour(pixels)], -1)
+
     def project(self, pooled: torch.Tensor) -> torch.Tensor:
-        """(..., cols, rows * (C + M)) pooled features -> (..., cols * rows, hidden) decoder input embeddings."""
-        out = self.fc2(F.gelu(self.fc1(self.norm(pooled))))  # (..., cols, rows * hidden)
+        """(..., cols, column_dim) pooled features -> (..., cols * rows, hidden) decoder input embeddings."""
+        h = self.fc1(self.norm(pooled[..., : self.map_dim]))
+        if self.colour is not None:  # centred on 0: statistics in [0, 1]
+            h = h + self.colour(2 * pooled[..., self.map_dim :] - 1)
+        out = self.fc2(F.gelu(h))  # (..., cols, rows * hidden)
         return out.unflatten(-1, (self.grid[0], self.hidden)).flatten(-3, -2) + self.cells
 
-    def forward(self, maps: torch.Tensor, mid: torch.Tensor) -> torch.Tensor:
-        return self.project(self.pool(maps, mid))
+    def forward(self, maps: torch.Tensor, mid: torch.Tensor, pixels: torch.Tensor | None = None) -> torch.Tensor:
+        return self.project(self.pool(maps, mid, pixels))
 
 
 def tiny_llama_config(tokenizer, **extra) -> LlamaConfig:
@@ -175,15 +233,19 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny")
 
     @classmethod
-    def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64) -> "VideoKVTinyAdapter":
-        """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files."""
+    def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64,
+             colour_stats: bool = False) -> "VideoKVTinyAdapter":
+        """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files.
+        ``colour_stats``: the v4 projector, its colour map drawn at random (not zero) so that it shows."""
         tokenizer = build_tiny_tokenizer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             encoder = EfficientNetLite0().eval()
             encoder.requires_grad_(False)
             llm = LlamaForCausalLM(tiny_llama_config(tokenizer))
-            projector = Projector(llm.config.hidden_size, mlp_dim=64)
+            projector = Projector(llm.config.hidden_size, mlp_dim=64, colour_stats=colour_stats)
+            if colour_stats:
+                torch.nn.init.normal_(projector.colour.weight, std=0.5)
         return cls(encoder.to(device), projector.to(device), llm.to(device), tokenizer, "videokv-tiny-random", image_size)
 
     # --- vision -----------------------------------------------------------
@@ -202,7 +264,7 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
     def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, S) normalised pixels -> (B, rows * cols, hidden): the frozen encoder, then the projector.
         ``encode_frames`` (the shared one) runs it through the chosen vision backend."""
-        return self.projector(*self.encoder.feature_levels(pixels))
+        return self.projector(*self.encoder.feature_levels(pixels), pixels=denormalise(pixels))
 
     def vision_modules(self) -> list[torch.nn.Module]:
         return [self.encoder, self.projector]

@@ -2,7 +2,8 @@
 
 ``build_examples`` draws every question from one seed; ``pooled_features`` runs each distinct scene
 through the frozen encoder once and pools it as the projector reads it, and ``cached_features``
-keeps those features in a file between runs (encoding is most of a run's cost on 2 CPU cores).
+keeps the encoder's part in a file between runs (encoding is most of a run's cost on 2 CPU cores);
+a projector's colour statistics (v4) need only the render and are computed afresh each run.
 """
 
 from __future__ import annotations
@@ -45,30 +46,48 @@ def build_examples(seed: int, n_frame: int, n_stream: int, pool: int, max_stream
     return [examples[i] for i in order]
 
 
+def _pixels(scenes: list[Scene]) -> torch.Tensor:
+    return torch.stack([torch.from_numpy(render(s)).permute(2, 0, 1) for s in scenes]).float() / 255.0  # (b, 3, 224, 224)
+
+
 @torch.inference_mode()
 def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: int = 16) -> dict[Scene, torch.Tensor]:
-    """Scene -> (cols, rows * (1280 + 80)) pooled frozen features, each distinct scene encoded once."""
+    """Scene -> (cols, rows * (1280 + 80)) pooled frozen encoder features (``Projector.pool_maps``), each
+    distinct scene encoded once."""
     unique = list(dict.fromkeys(scenes))
     out = {}
     for i in range(0, len(unique), batch):
         chunk = unique[i : i + batch]
-        pixels = torch.stack([torch.from_numpy(render(s)).permute(2, 0, 1) for s in chunk]).float() / 255.0  # (b, 3, 224, 224)
-        pooled = projector.pool(*encoder.feature_levels(normalise(pixels)))  # (b, cols, rows * (1280 + 80))
-        out.update(zip(chunk, pooled))
+        out.update(zip(chunk, projector.pool_maps(*encoder.feature_levels(normalise(_pixels(chunk))))))
+    return out
+
+
+@torch.inference_mode()
+def colour_features(projector: Projector, scenes: list[Scene], batch: int = 64) -> dict[Scene, torch.Tensor]:
+    """Scene -> (cols, rows * COLOUR_STATS): the colour statistics' part of ``Projector.pool`` (no encoder)."""
+    unique = list(dict.fromkeys(scenes))
+    out = {}
+    for i in range(0, len(unique), batch):
+        chunk = unique[i : i + batch]
+        out.update(zip(chunk, projector.pool_colour(_pixels(chunk))))
     return out
 
 
 def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene]) -> dict[Scene, torch.Tensor]:
-    """``pooled_features``, kept in ``path`` between runs; only scenes the file lacks are encoded."""
+    """Scene -> (cols, ``projector.column_dim``), what ``Projector.pool`` gives: the encoder's part kept in
+    ``path`` between runs (only scenes the file lacks are encoded), the colour statistics' part (a projector
+    with ``colour_stats``) computed from the renders."""
     unique = list(dict.fromkeys(scenes))
     features = {}
     if path is not None and path.is_file():
         saved = torch.load(path, weights_only=False)
         wanted = set(unique)
         features = {s: f for s, f in zip(saved["scenes"], saved["features"]) if s in wanted}
-        if len(features) == len(unique):
-            return features
-    features.update(pooled_features(encoder, projector, [s for s in unique if s not in features]))
-    if path is not None:
-        torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
+    if len(features) < len(unique):
+        features.update(pooled_features(encoder, projector, [s for s in unique if s not in features]))
+        if path is not None:
+            torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
+    if projector.colour_stats:
+        colour = colour_features(projector, unique)
+        features = {s: torch.cat([f, colour[s]], -1) for s, f in features.items()}
     return features

