@@ -63,17 +63,10 @@ def cumulative_scores(scores: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """C_l(k) for k = 1..n_l: prefix sums of layer l's softmax (Eq. 6), sorted descending. float64, CPU.
 
     An empty layer gives an empty tensor. The sums do not depend on how equal
-    scores are ordered, so they are well defined.
+    scores are ordered, so they are well defined. (``_leading_cumulative`` with m the largest
+    n_l: ``top_values`` of all of a layer is its full sort.)
     """
-    out = []
-    for s in scores:
-        s = s.detach().reshape(-1).to(device="cpu", dtype=torch.float64)  # (n_l,)
-        if s.numel() == 0:
-            out.append(s)
-            continue
-        normalised = torch.softmax(s, dim=0)  # Eq. (6)
-        out.append(torch.cumsum(torch.sort(normalised, descending=True).values, dim=0))  # (n_l,)
-    return out
+    return _leading_cumulative(scores, max((int(s.numel()) for s in scores), default=0))
 
 
 def _leading_cumulative(scores: Sequence[torch.Tensor], m: int) -> list[torch.Tensor]:
@@ -85,7 +78,7 @@ def _leading_cumulative(scores: Sequence[torch.Tensor], m: int) -> list[torch.Te
         if s.numel() == 0:
             out.append(s)
             continue
-        out.append(torch.cumsum(top_values(torch.softmax(s, dim=0), m), dim=0))  # (min(m, n_l),)
+        out.append(torch.cumsum(top_values(torch.softmax(s, dim=0), m), dim=0))  # (min(m, n_l),), Eq. (6)
     return out
 
 
