@@ -56,7 +56,20 @@ class Manager:
         self._executor.add_node(self.node)
 
     def wait_ready(self, timeout: float = 120.0) -> bool:
-        return self._change.wait_for_service(timeout_sec=timeout) and self._get.wait_for_service(timeout_sec=timeout)
+        """Both services discovered, and a GetState answered. Why the round trip: a service is
+        "available" once its request reader matched this client, but its reply can still be lost
+        while the node's reply writer has not matched this client's reader; the node then logs
+        "failed to send response (timeout)" and a first ChangeState, which must not be re-sent,
+        got no reply (seen once on a loaded 2-core CI run). GetState is idempotent, so it is
+        re-sent until one comes back; by then discovery between the two processes is done."""
+        if not (self._change.wait_for_service(timeout_sec=timeout) and self._get.wait_for_service(timeout_sec=timeout)):
+            return False
+        for _ in range(max(1, int(timeout // 5))):
+            future = self._get.call_async(GetState.Request())
+            self._executor.spin_until_future_complete(future, timeout_sec=5.0)
+            if future.done():
+                return True
+        return False
 
     def _call(self, client, request, timeout: float = 120.0):
         future = client.call_async(request)
