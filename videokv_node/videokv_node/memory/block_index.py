@@ -165,9 +165,13 @@ class BlockIndex:
         self._last_id = max(self._last_id, block_id)
         self._ordered = None
 
-    def _compact(self) -> None:
-        """Drop the dead entries of the creation order, keeping the living in place order."""
-        live = torch.masked_select(self._order[: self._order_n], self._order_live[: self._order_n])
+    def _live(self) -> torch.Tensor:
+        """(N,) the live entries of the creation order, in entry order."""
+        return torch.masked_select(self._order[: self._order_n], self._order_live[: self._order_n])
+
+    def _compact(self, live: torch.Tensor | None = None) -> None:
+        """The creation order rewritten as ``live`` (default: its live entries, in place order), no dead ones."""
+        live = self._live() if live is None else live
         n = live.numel()
         self._order[:n] = live
         self._order_live[:n] = True
@@ -181,15 +185,11 @@ class BlockIndex:
         The same tensor is returned until the index changes; callers must not write to it.
         """
         if self._ordered is None:
-            live = torch.masked_select(self._order[: self._order_n], self._order_live[: self._order_n])
+            live = self._live()
             if not self._sorted:  # a block entered out of id order: sort once, then keep appending
                 live = live[torch.argsort(self.block_id[live])]
-                n = live.numel()
-                self._order[:n] = live
-                self._order_live[:n] = True
-                self._order_live[n : self._order_n] = False
-                self._pos[live] = torch.arange(n, device=self.device)
-                self._order_n, self._dead, self._sorted = n, 0, True
+                self._compact(live)
+                self._sorted = True
             self._ordered = live
         return self._ordered
 

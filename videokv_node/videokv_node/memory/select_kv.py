@@ -122,10 +122,9 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     for layer in nonempty:
         budgets[layer] = 1
     # Candidates k < n_l of every layer (the first N - L' of them), concatenated in (layer, k) order
-    values = torch.cat([c[: counts[layer] - 1] for layer, c in enumerate(cums)])
-    owners = torch.cat(
-        [torch.full((c[: counts[layer] - 1].numel(),), layer, dtype=torch.int64) for layer, c in enumerate(cums) if c.numel()]
-    )
+    heads = [c[: counts[layer] - 1] for layer, c in enumerate(cums)]
+    values = torch.cat(heads)
+    owners = torch.cat([torch.full((h.numel(),), layer, dtype=torch.int64) for layer, h in enumerate(heads)])
     # A stable ascending sort takes equal sums in (layer, k) order: the documented tie rule.
     taken = owners[torch.sort(values, stable=True).indices[: total - len(nonempty)]]
     extra = torch.bincount(taken, minlength=len(counts)).tolist()

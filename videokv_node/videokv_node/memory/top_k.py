@@ -17,10 +17,15 @@ import torch
 _SORT_BELOW = 4  # k * 4 >= n: the full sort is as cheap as the cut and certainly the same
 
 
+def _full_sort_decides(scores: torch.Tensor, k: int) -> bool:
+    """k close to n (or 0), or a NaN (``topk`` and ``sort`` need not agree on where it goes)."""
+    return k * _SORT_BELOW >= scores.numel() or k == 0 or bool(torch.isnan(scores).any())
+
+
 def _cut_parts(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(indices above the k-th highest value, ascending; indices equal to it, ascending), or None
-    where the full sort must decide (a NaN: ``topk`` and ``sort`` need not agree on where it goes)."""
-    if bool(torch.isnan(scores).any()):
+    """(indices above the k-th highest value, ascending; indices equal to it, ascending), or None where
+    the full sort must decide (``_full_sort_decides``). ``k`` already clamped to [0, n]."""
+    if _full_sort_decides(scores, k):
         return None
     cut = torch.topk(scores, k).values[-1]
     return (scores > cut).nonzero().flatten(), (scores == cut).nonzero().flatten()
@@ -29,10 +34,7 @@ def _cut_parts(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 def top_k_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
     """``torch.sort(scores, descending=True, stable=True).indices[:k]``: the k highest, best first,
     equal scores by lower index. scores: (n,) -> (min(k, n),) int64."""
-    n = scores.numel()
-    k = max(0, min(k, n))
-    if k * _SORT_BELOW >= n or k == 0:
-        return torch.sort(scores, descending=True, stable=True).indices[:k]
+    k = max(0, min(k, scores.numel()))
     parts = _cut_parts(scores, k)
     if parts is None:
         return torch.sort(scores, descending=True, stable=True).indices[:k]
@@ -48,27 +50,19 @@ def top_k_newest(scores: torch.Tensor, k: int) -> torch.Tensor:
     scores: (n,) -> (min(k, n),) int64."""
     n = scores.numel()
     k = max(0, min(k, n))
-    if k * _SORT_BELOW >= n or k == 0:
-        return _newest_by_sort(scores, k)
     parts = _cut_parts(scores, k)
     if parts is None:
-        return _newest_by_sort(scores, k)
+        return torch.sort(n - 1 - torch.sort(scores.flip(0), descending=True, stable=True).indices[:k]).values
     above, tied = parts
     need = k - above.numel()
     return torch.sort(torch.cat([above, tied[tied.numel() - need :] if need else tied[:0]])).values
-
-
-def _newest_by_sort(scores: torch.Tensor, k: int) -> torch.Tensor:
-    order = torch.sort(scores.flip(0), descending=True, stable=True).indices[:k]
-    return torch.sort(scores.numel() - 1 - order).values
 
 
 def top_values(scores: torch.Tensor, k: int) -> torch.Tensor:
     """``torch.sort(scores, descending=True).values[:k]``: the k highest values, descending (equal
     values are interchangeable, so the sequence is the sort's; scores without signed zeros, whose
     order the two need not share, such as a softmax). scores: (n,) -> (min(k, n),)."""
-    n = scores.numel()
-    k = max(0, min(k, n))
-    if k * _SORT_BELOW >= n or k == 0 or bool(torch.isnan(scores).any()):
+    k = max(0, min(k, scores.numel()))
+    if _full_sort_decides(scores, k):
         return torch.sort(scores, descending=True).values[:k]
     return torch.topk(scores, k, sorted=True).values

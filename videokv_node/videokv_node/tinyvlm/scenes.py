@@ -133,15 +133,14 @@ def cell_words(scene: Scene) -> list[str] | None:
     """What each of the projector's 6 tokens (2 per column, column by column) is aligned to in training:
     per column its colour then its shape ('nothing nothing' where the column is empty), so a frame
     reads 'red circle nothing nothing blue square'; a digit is 'number' and the digit in the middle.
-    Free shapes (tinyvlm.variety), which may span columns, name the columns ``column_holder`` gives
+    Free shapes (tinyvlm.variety), which may span columns, name the columns ``column_holders`` gives
     them (v4; the v2 weights were trained with none for free shapes). None for a photo."""
     if scene.photo is not None:
         return None
     if scene.digit is not None:
         return ["nothing", "nothing", "number", scene.digit, "nothing", "nothing"]
     if any(s.x is not None for s in scene.shapes):
-        holders = [column_holder(scene.shapes, c) for c in range(len(COLUMNS))]
-        return [w for h in holders for w in ((h.colour, h.shape) if h is not None else ("nothing", "nothing"))]
+        return [w for h in column_holders(scene.shapes) for w in ((h.colour, h.shape) if h is not None else ("nothing", "nothing"))]
     by_column = {s.column: s for s in scene.shapes}
     return [w for c in COLUMNS for w in ((by_column[c].colour, by_column[c].shape) if c in by_column else ("nothing", "nothing"))]
 
@@ -162,21 +161,29 @@ def area_in_columns(shape: Shape, step: float = 0.25) -> np.ndarray:
     return np.bincount(column, weights=height * step, minlength=len(COLUMNS))
 
 
-def column_holder(shapes: tuple[Shape, ...], column: int) -> Shape | None:
-    """The free shape that names ``column`` (0: left) in ``cell_words``: of the shapes with area in it, the one
-    with the most, provided that is at least a quarter of the shape's own area or a tenth of the column's.
+def column_holders(shapes: tuple[Shape, ...]) -> list[Shape | None]:
+    """Per column (left to right), the free shape that names it in ``cell_words``: of the shapes with area in
+    it, the one with the most, provided that is at least a quarter of the shape's own area or a tenth of
+    the column's; None where none does.
 
     Our choice: a column token sees the whole column (``Projector``), so it names what fills it most; a
     sliver of a shape whose body lies in the next column is too little to name (that column names it)."""
-    best, best_area = None, 0.0
-    for s in shapes:
-        area = float(area_in_columns(s)[column])
-        if area > best_area:
-            best, best_area = s, area
-    if best is None:
-        return None
-    own = float(area_in_columns(best).sum())
-    return best if best_area >= 0.25 * own or best_area >= 0.1 * SIZE * SIZE / len(COLUMNS) else None
+    areas = [area_in_columns(s) for s in shapes]  # per shape (3,)
+    out = []
+    for column in range(len(COLUMNS)):
+        best, best_area = None, 0.0
+        for shape, area in zip(shapes, areas):
+            if area[column] > best_area:
+                best, best_area = (shape, area), float(area[column])
+        named = best is not None and (best_area >= 0.25 * float(best[1].sum())
+                                      or best_area >= 0.1 * SIZE * SIZE / len(COLUMNS))
+        out.append(best[0] if named else None)
+    return out
+
+
+def column_holder(shapes: tuple[Shape, ...], column: int) -> Shape | None:
+    """``column_holders(shapes)[column]``."""
+    return column_holders(shapes)[column]
 
 
 def normalise_answer(text: str) -> str:
