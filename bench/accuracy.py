@@ -60,7 +60,7 @@ from videokv_node.eval.needles import NeedleStream, make_streams
 from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
 from videokv_node.eval.option_scoring import METHODS, choose_option
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, VideoMemoryEngine
-from videokv_node.memory.config import POLICIES as MEMORY_POLICIES, HermesConfig, MuKVConfig, StreamKVConfig, TGVKVConfig
+from videokv_node.memory.config import POLICIES as MEMORY_POLICIES, HermesConfig, MuKVConfig, ReKVConfig, StreamKVConfig, TGVKVConfig
 from videokv_node.models.text_lm import TextLMAdapter, text_frame
 
 from bench import report
@@ -80,7 +80,8 @@ VISUAL_STREAMS, VISUAL_FRAMES = 8, 16
 
 BUDGETS = (0.05, 0.10, 0.25, 0.50)
 # Every policy memory/config.py declares but full (the reference, on the whole stream), then full with TGV-KV.
-POLICIES = tuple(p for p in MEMORY_POLICIES if p != "full") + ("full+tgvkv",)
+# Last, ``rekv+shared``: rekv with one retrieved set for all layers (``memory.rekv.selection: shared``).
+POLICIES = tuple(p for p in MEMORY_POLICIES if p != "full") + ("full+tgvkv", "rekv+shared")
 STREAMS = 3
 FRAMES = 20
 OFFLOAD_BYTES = 1 << 30
@@ -119,6 +120,8 @@ def memory_config(policy: str, budget: float, k: int, n_frames: int, T: int, sin
         return MemoryConfig(policy="full", question_stage="tgvkv", budget_tokens=whole.budget_tokens,
                             local_window_tokens=whole.local_window_tokens, page_tokens=1,
                             tgvkv=TGVKVConfig(keep_ratio=budget))
+    if policy == "rekv+shared":
+        return dataclasses.replace(memory_config("rekv", budget, k, n_frames, T, sink), rekv=ReKVConfig(selection="shared"))
     knobs = AT_BUDGET.get(policy, lambda k, T, sink: {})(k, T, sink)
     return MemoryConfig(policy=policy, **{**base, **knobs})
 

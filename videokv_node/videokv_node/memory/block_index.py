@@ -260,6 +260,32 @@ class BlockIndex:
         scores = (keys.reshape(keys.shape[0], -1) @ query_mean.to(keys).reshape(-1)) / (keys.shape[1] * keys.shape[2] ** 0.5)
         return top_k_slots(scores, mask, self.block_id, k)
 
+    def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
+        """The slots of the ``k`` best blocks of ``mask`` for all layers at once (any order).
+
+        Each layer scores the blocks of ``mask`` as ``top_k`` does (query_means[l]: that layer's
+        (H, D) query) and ranks them from 0 (the best; equal scores: the newer block first, a
+        layer where a block keeps no tokens ranks it after all that keep some); a block's fused
+        score is the mean over the layers of 1 / (1 + its rank) (reciprocal-rank fusion with no
+        offset: ``memory.rekv.selection: shared``). Top-k of the fused score, ties to the newer
+        block. One batched product over the mask's blocks and one sort per layer.
+        """
+        slots = mask.nonzero().flatten()
+        n = slots.numel()
+        if min(k, n) == 0:
+            return self.block_id.new_zeros(0)
+        L = self.n_layers
+        ids = self.block_id.index_select(0, slots)
+        keys = self.key_mean.index_select(1, slots).reshape(L, n, -1)  # (L, n, H * D)
+        scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
+        scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
+        # Rank by score descending, equal scores newer (higher id) first: sort by id, then stably by score.
+        by_id = torch.argsort(ids, descending=True)
+        order = by_id[torch.sort(scores[:, by_id], dim=1, descending=True, stable=True).indices]  # (L, n)
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(L, n))
+        fused = (1.0 / (1.0 + rank.double())).mean(0)
+        every = torch.ones(n, dtype=torch.bool, device=slots.device)
+        return slots.index_select(0, top_k_slots(fused, every, ids, k))
 
 def top_k_slots(scores: torch.Tensor, mask: torch.Tensor, block_id: torch.Tensor, k: int) -> torch.Tensor:
     """(min(k, count),) slots of the ``k`` highest ``scores`` among ``mask``; equal scores at the cut

@@ -26,6 +26,7 @@ from videokv_node.config_base import ConfigError, check_choice, check_fraction, 
 
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
 REKV_QUERIES = ("prompt", "question")
+REKV_SELECTIONS = ("layer", "shared")
 SIMILARITIES = ("tokens", "mean")
 HERMES_PSEUDO_MODES = ("probe", "live")
 HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
@@ -84,9 +85,11 @@ class ReKVConfig:
 
     query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
     question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
+    selection: str = param("layer", "ReKV: each layer retrieves its own top-k inside the question's pass (layer, ReKV) or one top-k for all layers, the layers' rankings of the question probe fused (shared, ours: docs/POLICIES.md)", choices=REKV_SELECTIONS)
 
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
+        check_choice("memory.rekv.selection", self.selection, REKV_SELECTIONS)
 
 
 @policy_config("streamkv")

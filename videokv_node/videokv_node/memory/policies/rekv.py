@@ -16,6 +16,17 @@
   retrieved cache (which keeps the question's KV); here the retrieval happens in
   the prompt's one pass, the mean taken over the question's rows of it.
 
+Shared selection (``memory.rekv.selection: shared``; ours, not ReKV's, off in both presets): one
+set of top ``memory.retrieve_frames`` blocks attended in every layer, chosen before the pass.
+Every pool block is scored in every layer as above, with the question's queries read by the
+probe (the question's text right after the prompt sink: ReKV's own retrieval pass also runs
+the question alone), each layer ranks the blocks, and the rankings are fused by the mean over
+layers of 1 / (1 + rank) (``BlockIndex.fused_top_k``). Why: on SmolLM2's 160-frame needle
+streams ReKV's per-layer top-k finds a needle in some layer for most questions but in only a
+seventh of the layers (docs/BENCHMARKS.md, issue 15), so few layers read it; a set shared by
+all layers is read by all. Reciprocal ranks, not the mean score, because the layers' score
+scales differ and a few layers would decide alone. Costs one probe prefill of the question.
+
 Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
 heads of each KV group and then over groups; retrieval happens inside the
@@ -49,6 +60,8 @@ class ReKVPolicy(MemoryPolicy):
 
     def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
         rekv = self.config.rekv
+        if rekv.selection == "shared":
+            return self.select(store, Candidates.of(store.index, candidates), probe, question)
         # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
         recent = recent_within(candidates, self.config.local_window_tokens) if rekv.question_window else []
         recent_ids = {b.block_id for b in recent}
@@ -57,12 +70,17 @@ class ReKVPolicy(MemoryPolicy):
 
     def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
         """``question_selection`` on the index: the window from the newest candidates, the pool as a mask
-        (scored per layer on the index inside the pass, ``BlockIndex.top_k``)."""
+        (scored per layer on the index inside the pass, ``BlockIndex.top_k``; or, ``selection: shared``,
+        once for all layers before the pass, ``BlockIndex.fused_top_k``)."""
         rekv = self.config.rekv
         # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
         recent = candidates.recent_within(self.config.local_window_tokens) if rekv.question_window else []
-        return QuestionSelection(fixed=recent, pool_set=candidates.without(recent), k=self.config.retrieve_frames,
-                                 query=rekv.query)
+        pool = candidates.without(recent)
+        if rekv.selection == "shared":
+            q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
+            picked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, self.config.retrieve_frames))
+            return QuestionSelection(fixed=recent + picked, query=rekv.query)
+        return QuestionSelection(fixed=recent, pool_set=pool, k=self.config.retrieve_frames, query=rekv.query)
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         if not candidates:
