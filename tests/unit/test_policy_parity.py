@@ -17,7 +17,7 @@ from transformers.cache_utils import DynamicCache
 
 from tests.unit.helpers import greedy, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig, TGVKVConfig
+from videokv_node.memory.config import HermesConfig, MuKVConfig, ReKVConfig, StreamKVConfig, TGVKVConfig
 
 ATOL = 1e-4
 N_FRAMES = 6
@@ -37,6 +37,8 @@ UNBOUNDED = {
     "hermes-eager": dict(policy="hermes", hermes=HermesConfig(reindex="eager")),
     "mukv": dict(policy="mukv", mukv=MuKVConfig(granularities=("frame",), keep_frame=1.0, retrieve_frame=BIG)),
     "full+tgvkv": dict(policy="full", question_stage="tgvkv", tgvkv=TGVKVConfig(keep_ratio=1.0)),
+    # No recent window: every frame goes through the fused ranking (memory.rekv.selection: shared).
+    "rekv-shared": dict(policy="rekv", retrieve_frames=BIG, rekv=ReKVConfig(selection="shared", question_window=False)),
     "rekv+tgvkv": dict(policy="rekv", retrieve_frames=BIG, question_stage="tgvkv", tgvkv=TGVKVConfig(keep_ratio=1.0)),
 }
 
