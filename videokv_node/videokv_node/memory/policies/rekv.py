@@ -22,8 +22,8 @@ Every pool block is scored in every layer as above, with the question's queries 
 probe (the question's text right after the prompt sink: ReKV's own retrieval pass also runs
 the question alone), each layer ranks the blocks, and the rankings are fused by the mean over
 layers of 1 / (1 + rank) (``BlockIndex.fused_top_k``). Why: on SmolLM2's 160-frame needle
-streams ReKV's per-layer top-k finds a needle in some layer for most questions but in only a
-seventh of the layers (docs/BENCHMARKS.md, issue 15), so few layers read it; a set shared by
+streams ReKV's per-layer top-k finds a needle in some layer for most questions but in only
+14-17% of the layers (docs/BENCHMARKS.md, issue 15), so few layers read it; a set shared by
 all layers is read by all. Reciprocal ranks, not the mean score, because the layers' score
 scales differ and a few layers would decide alone. Costs one probe prefill of the question.
 
@@ -77,6 +77,8 @@ class ReKVPolicy(MemoryPolicy):
         recent = candidates.recent_within(self.config.local_window_tokens) if rekv.question_window else []
         pool = candidates.without(recent)
         if rekv.selection == "shared":
+            if not pool.count:  # nothing to rank: no probe
+                return QuestionSelection(fixed=recent, query=rekv.query)
             q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
             picked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, self.config.retrieve_frames))
             return QuestionSelection(fixed=recent + picked, query=rekv.query)
