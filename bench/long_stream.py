@@ -175,6 +175,31 @@ def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tup
     return list(rows.values())
 
 
+def _run_part(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
+              presets: tuple[str, ...]) -> list[Row]:
+    """One worker's share of a length's streams, in a process of its own (``--workers``)."""
+    torch.set_num_threads(THREADS)
+    return run_length(load_model(model), streams, budgets, policies, log, presets)
+
+
+def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
+                 presets: tuple[str, ...], workers: int) -> list[Row]:
+    """``run_length`` with the streams dealt round-robin to ``workers`` processes (one torch thread
+    each), the rows merged: every per-question list is the concatenation of the workers' (accuracy,
+    recall and the TTFT median do not depend on the order)."""
+    import multiprocessing
+
+    parts = [streams[i::workers] for i in range(workers) if streams[i::workers]]
+    with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
+        results = pool.starmap(_run_part, [(model, part, budgets, policies, presets) for part in parts])
+    merged = results[0]
+    for rows in results[1:]:
+        for into, row in zip(merged, rows, strict=True):
+            for name in ("correct", "all_needles", "layer_recall", "ttft_s"):
+                getattr(into, name).extend(getattr(row, name))
+    return merged
+
+
 def render(results: dict[int, list[Row]], info: dict) -> str:
     mc = info["machine"]
     header = table(["", ""], [
@@ -227,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--presets", default="robot", help=f"comma-separated memory.preset values for the policy rows: {', '.join(PRESETS)}")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing a length's streams (one torch thread each; "
+                        "TTFT is then measured beside the other workers)")
     parser.add_argument("--out", default="docs/BENCHMARKS.md", help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
     visual = args.model.startswith("videokv-tiny")
@@ -242,12 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.long_stream" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     torch.set_num_threads(THREADS)
     machine = describe(REPO)
-    adapter = load_model(args.model)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    adapter = load_model(args.model) if args.workers == 1 else None
     t0 = time.perf_counter()
     results = {}
     for n in lengths:
         streams = (make_visual_streams if visual else make_streams)(n_streams, n, args.seed)
-        results[n] = run_length(adapter, streams, budgets, policies, log, presets)
+        if args.workers > 1:
+            results[n] = run_parallel(args.model, streams, budgets, policies, presets, args.workers)
+        else:
+            results[n] = run_length(adapter, streams, budgets, policies, log, presets)
     first = results[lengths[0]][0]
     info = dict(machine=machine, command=command, niceness=os.nice(0), seed=args.seed, wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg(), model=args.model, presets=", ".join(f"`{p}`" for p in presets), streams=n_streams, questions=len(first.correct),

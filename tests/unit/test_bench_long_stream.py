@@ -57,3 +57,17 @@ def test_smoke_run_with_both_presets(capsys):
     out = capsys.readouterr().out
     for row in ("| rekv (robot) @ 30% |", "| rekv (paper) @ 30% |", "| hermes (paper) @ 30% |"):
         assert row in out
+
+
+def test_workers_give_the_rows_of_one_process(capsys):
+    """Streams dealt to two processes and merged: the same counts as one process (TTFT aside),
+    the rekv+shared rows (bench/accuracy.py's pseudo-policy) included."""
+    def rows(workers: int) -> list[str]:
+        assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "3", "--policies", "rekv,rekv+shared",
+                                 "--budgets", "0.3", "--workers", str(workers), "--out", "-"]) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "@" in line or line.startswith("| full")]
+        return [line.rsplit("|", 2)[0] for line in lines]  # without the TTFT column
+
+    one = rows(1)
+    assert [line.split("|")[1].strip() for line in one] == ["full", "recency @ 30%", "rekv @ 30%", "rekv+shared @ 30%"]
+    assert one == rows(2)
