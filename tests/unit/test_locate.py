@@ -100,6 +100,34 @@ def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monk
         assert m.pose == frames[[f.stamp_ns for f in frames].index(m.stamp_ns)].pose and m.camera == "cam"
 
 
+def test_rekv_shared_locate_ranks_by_the_fused_layer_ranks(tiny_adapter64):
+    """memory.rekv.selection: shared: a moment's score is the mean over layers of 1 / (1 + its rank in
+    the layer), each layer ranking the blocks by the score above (equal scores: the newer first)."""
+    from videokv_node.memory.config import ReKVConfig
+
+    a = tiny_adapter64
+    geo = a.geometry
+    e = make_engine(a, "rekv", rekv=ReKVConfig(selection="shared"))
+    for f in random_frames(7, seed=4):
+        e.ingest([f])
+    q, _, _ = capture_queries(a, a.prefix_ids(), a.text_ids(QUERY))
+    g = geo.n_q_heads // geo.n_kv_heads
+    blocks = list(e.store.blocks())
+    fused = {b.stamp_ns: 0.0 for b in blocks}
+    for l in range(geo.n_layers):
+        score = {}
+        for b in blocks:
+            score[b.stamp_ns] = sum(float(q[l, :, h * g:(h + 1) * g].mean(dim=(0, 1)) @ b.key_mean[l, h].double())
+                                    for h in range(geo.n_kv_heads))
+        for rank, stamp in enumerate(sorted(score, key=lambda s: (-score[s], -s))):  # stamps grow with block ids
+            fused[stamp] += 1.0 / (1 + rank) / geo.n_layers
+    result = e.locate(LocateQuery(QUERY, top_k=3))
+    assert result.method == "retrieval"
+    assert [m.stamp_ns for m in result.moments] == sorted(fused, key=lambda s: (-fused[s], -s))[:3]
+    for m in result.moments:
+        assert abs(m.score - fused[m.stamp_ns]) < 1e-12
+
+
 def test_full_locate_ranks_by_the_question_prefills_attention_mass(tiny_adapter64, monkeypatch):
     a = tiny_adapter64
     geo = a.geometry

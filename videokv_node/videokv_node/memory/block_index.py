@@ -279,13 +279,20 @@ class BlockIndex:
         keys = self.key_mean.index_select(1, slots).reshape(L, n, -1)  # (L, n, H * D)
         scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
-        # Rank by score descending, equal scores newer (higher id) first: sort by id, then stably by score.
-        by_id = torch.argsort(ids, descending=True)
-        order = by_id[torch.sort(scores[:, by_id], dim=1, descending=True, stable=True).indices]  # (L, n)
-        rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(L, n))
-        fused = (1.0 / (1.0 + rank.double())).mean(0)
         every = torch.ones(n, dtype=torch.bool, device=slots.device)
-        return slots.index_select(0, top_k_slots(fused, every, ids, k))
+        return slots.index_select(0, top_k_slots(fused_ranks(scores, ids), every, ids, k))
+
+def fused_ranks(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(n,) float64 mean over layers of 1 / (1 + rank), from (L, n) per-layer scores of n blocks
+    with ids ``ids``: rank 0 is a layer's highest score, equal scores rank the newer (higher id)
+    block first, -inf (a layer the block does not keep) ranks after every finite score."""
+    L, n = scores.shape
+    # Sort by id descending, then stably by score descending: equal scores keep the newer first.
+    by_id = torch.argsort(ids, descending=True)
+    order = by_id[torch.sort(scores[:, by_id], dim=1, descending=True, stable=True).indices]  # (L, n)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(L, n))
+    return (1.0 / (1.0 + rank.double())).mean(0)
+
 
 def top_k_slots(scores: torch.Tensor, mask: torch.Tensor, block_id: torch.Tensor, k: int) -> torch.Tensor:
     """(min(k, count),) slots of the ``k`` highest ``scores`` among ``mask``; equal scores at the cut

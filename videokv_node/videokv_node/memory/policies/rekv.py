@@ -35,7 +35,8 @@ question's single prefill pass, each layer using its own query (see
 
 Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
 query's probe (queries read after the prompt sink), averaged over layers
-(``memory/locate.py`` says why).
+(``memory/locate.py`` says why); with ``selection: shared``, the fused rank score the
+question retrieves by, so ``~/locate`` ranks the moments as a question would choose them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from __future__ import annotations
 import torch
 
 from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_index import Candidates
+from videokv_node.memory.block_index import Candidates, fused_ranks
 from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.locate import layer_scores, query_means
 from videokv_node.memory.policies.registry import register_policy
@@ -89,4 +90,9 @@ class ReKVPolicy(MemoryPolicy):
             return None
         q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
         key_means = torch.stack([b.key_mean for b in candidates])  # (N, L, H_kv, D)
-        return layer_scores(q, key_means).mean(dim=1)  # (N,)
+        scores = layer_scores(q, key_means)  # (N, L)
+        if self.config.rekv.selection == "shared":  # the ranking a question retrieves by
+            absent = torch.tensor([[layer is None for layer in b.layers] for b in candidates], device=scores.device)
+            ids = torch.tensor([b.block_id for b in candidates], device=scores.device)
+            return fused_ranks(scores.masked_fill(absent, float("-inf")).T, ids)
+        return scores.mean(dim=1)  # (N,)
