@@ -80,7 +80,8 @@ VISUAL_STREAMS, VISUAL_FRAMES = 8, 16
 
 BUDGETS = (0.05, 0.10, 0.25, 0.50)
 # Every policy memory/config.py declares but full (the reference, on the whole stream), then full with TGV-KV.
-# Last, ``rekv+shared``: rekv with one retrieved set for all layers (``memory.rekv.selection: shared``).
+# Last, ``rekv+shared``: rekv with one retrieved set for all layers (``memory.rekv.selection: shared``, the
+# robot default since issue 15's measurements); ``rekv`` is ReKV's per-layer retrieval (``selection: layer``).
 POLICIES = tuple(p for p in MEMORY_POLICIES if p != "full") + ("full+tgvkv", "rekv+shared")
 STREAMS = 3
 FRAMES = 20
@@ -130,7 +131,8 @@ def memory_config(policy: str, budget: float, k: int, n_frames: int, T: int, sin
 # MemoryConfig fields over the common base. A declared policy without an entry runs on the
 # resident budget alone.
 AT_BUDGET = {
-    "rekv": lambda k, T, sink: {"retrieve_frames": k},
+    # ReKV's own per-layer retrieval, whatever the robot default (rekv+shared is the shared selection).
+    "rekv": lambda k, T, sink: {"retrieve_frames": k, "rekv": ReKVConfig(selection="layer")},
     "streamkv": lambda k, T, sink: {"streamkv": StreamKVConfig(retrieve_frames=k)},
     "hermes": lambda k, T, sink: {"hermes": HermesConfig(chunk_frames=1), "budget_tokens": sink + k * T + 2},
     "mukv": lambda k, T, sink: {"mukv": mukv_retrieval(k * T, T)},

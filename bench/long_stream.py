@@ -20,8 +20,9 @@ for videokv-tiny) are fed to:
   settings of config/memory.yaml scaled to the stream), under each preset of ``--presets``:
   ``paper`` (``memory/presets.py``) adds each seed's mechanisms and values except those the
   cell sets to fit the budget (``CELL_KEYS``: budget, window, retrieval counts, HERMES' chunk,
-  TGV-KV's keep ratio, MuKV's counts): ReKV retrieving over all blocks with the question's
-  tokens and no recent window, StreamKV's mean-feature similarity, HERMES' schedule and live
+  TGV-KV's keep ratio, MuKV's counts, and ReKV's selection, which the row names: ``rekv``
+  per layer, ``rekv+shared`` one set for all layers): ReKV retrieving over all blocks with
+  the question's tokens and no recent window, StreamKV's mean-feature similarity, HERMES' schedule and live
   pseudo-queries.
 
 Multiple choice is scored as the node does by default (``answer.option_scoring:
@@ -78,7 +79,7 @@ CEILING_DISTRACTORS = 4
 THREADS = 1  # see bench/accuracy.py
 # Values a cell sets to fit its budget to the stream: they win over a preset's (explicit values win).
 CELL_KEYS = frozenset({"budget_tokens", "local_window_tokens", "retrieve_frames", "streamkv.retrieve_frames",
-                       "hermes.chunk_frames", "tgvkv.keep_ratio"})
+                       "hermes.chunk_frames", "tgvkv.keep_ratio", "rekv.selection"})  # rekv / rekv+shared: the row's
 
 
 @dataclass(slots=True)

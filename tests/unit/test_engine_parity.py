@@ -19,6 +19,7 @@ from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
 from tests.unit.helpers import block_keys, block_values, greedy, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.config import ReKVConfig
 from videokv_node.memory.retrieval_cache import RetrievingCache, pack_layout, place_layer, placed_cache
 
 ATOL = 1e-9
@@ -149,7 +150,8 @@ def test_layer0_retrieval_picks_the_block_the_question_query_prefers(tiny_adapte
     """Layer 0's query depends only on the question tokens, so its top-k can be computed independently."""
     a = tiny_adapter64
     T = a.tokens_per_frame
-    engine = make_engine(a, policy="rekv", local_window_tokens=T, retrieve_frames=2, budget_tokens=100_000)
+    engine = make_engine(a, policy="rekv", local_window_tokens=T, retrieve_frames=2, budget_tokens=100_000,
+                         rekv=ReKVConfig(selection="layer"))  # ReKV's in-pass retrieval, per layer
     ingest_one_by_one(engine, random_frames(8, seed=11))
     q_ids = a.question_ids("which frame had the most red?", [])
     engine.ask(Question("which frame had the most red?", max_new_tokens=1))

@@ -17,6 +17,7 @@ from transformers.cache_utils import DynamicCache
 
 from tests.unit.helpers import random_frames, stream_positions
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
+from videokv_node.memory.config import ReKVConfig
 from videokv_node.memory.locate import LocateQuery, rank_moments
 from videokv_node.pose import Pose, yaw_quaternion
 
@@ -74,7 +75,7 @@ def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monk
     a = tiny_adapter64
     geo = a.geometry
     frames = posed(random_frames(6, seed=3))
-    e = make_engine(a, "rekv")
+    e = make_engine(a, "rekv", rekv=ReKVConfig(selection="layer"))
     for f in frames:
         e.ingest([f])
     q, _, _ = capture_queries(a, a.prefix_ids(), a.text_ids(QUERY))  # (L, n, H_q, D)
@@ -103,8 +104,6 @@ def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monk
 def test_rekv_shared_locate_ranks_by_the_fused_layer_ranks(tiny_adapter64):
     """memory.rekv.selection: shared: a moment's score is the mean over layers of 1 / (1 + its rank in
     the layer), each layer ranking the blocks by the score above (equal scores: the newer first)."""
-    from videokv_node.memory.config import ReKVConfig
-
     a = tiny_adapter64
     geo = a.geometry
     e = make_engine(a, "rekv", rekv=ReKVConfig(selection="shared"))

@@ -11,7 +11,7 @@ import torch
 
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig, ReKVConfig
 from videokv_node.memory.policies import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
 from videokv_node.memory.policy import EncodeJob, QuestionSelection, recent_within
 from videokv_node.memory.retrieval_cache import top_k_blocks
@@ -112,7 +112,8 @@ def test_rekv_encoding_context_is_the_last_w_resident_frames(window_frames, expe
 )
 def test_rekv_question_selection_splits_window_and_pool(window_frames, candidates, fixed, pool):
     store = store_with([4] * 6, offloaded=3)
-    config = MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4 * window_frames, retrieve_frames=3)
+    config = MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4 * window_frames, retrieve_frames=3,
+                          rekv=ReKVConfig(selection="layer"))  # ReKV's in-pass retrieval (shared: test_rekv_shared.py)
     by_id = {b.block_id: b for b in store.blocks()}
     selection = ReKVPolicy(config, ADAPTER).question_selection(store, [by_id[i] for i in candidates], None, "q")
     assert ids(selection.fixed) == fixed

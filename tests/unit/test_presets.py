@@ -112,7 +112,7 @@ def test_rekv_paper_retrieves_from_all_blocks_with_the_question_tokens(tiny_adap
     assert all(len(blocks) == 2 for blocks in engine.last_layer_blocks)
     if top2(slice(None)) != expected:  # the robot query (whole prompt) would have picked otherwise
         robot = VideoMemoryEngine(a, MemoryConfig(policy="rekv", local_window_tokens=T, retrieve_frames=2, budget_tokens=100_000,
-                                                  page_tokens=1, rekv=cfg.rekv.__class__(question_window=False)), GenerationConfig())
+                                                  page_tokens=1, rekv=cfg.rekv.__class__(question_window=False, selection="layer")), GenerationConfig())
         for f in random_frames(8, seed=11):
             robot.ingest([f])
         robot.ask(Question(question, max_new_tokens=1))

@@ -85,7 +85,7 @@ class ReKVConfig:
 
     query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
     question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
-    selection: str = param("layer", "ReKV: each layer retrieves its own top-k inside the question's pass (layer, ReKV) or one top-k for all layers, the layers' rankings of the question probe fused (shared, ours: docs/POLICIES.md)", choices=REKV_SELECTIONS)
+    selection: str = param("shared", "ReKV: each layer retrieves its own top-k inside the question's pass (layer, ReKV's, the paper preset) or one top-k for all layers, the layers' rankings of the question probe fused (shared, ours, robot: docs/POLICIES.md)", choices=REKV_SELECTIONS)
 
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
