@@ -16,7 +16,8 @@
   retrieved cache (which keeps the question's KV); here the retrieval happens in
   the prompt's one pass, the mean taken over the question's rows of it.
 
-Shared selection (``memory.rekv.selection: shared``; ours, not ReKV's, off in both presets): one
+Shared selection (``memory.rekv.selection: shared``; ours, not ReKV's: the robot default, the paper
+preset keeps ``layer``, ReKV's per-layer retrieval inside the pass): one
 set of top ``memory.retrieve_frames`` blocks attended in every layer, chosen before the pass.
 Every pool block is scored in every layer as above, with the question's queries read by the
 probe (the question's text right after the prompt sink: ReKV's own retrieval pass also runs
