@@ -282,6 +282,7 @@ class BlockIndex:
         every = torch.ones(n, dtype=torch.bool, device=slots.device)
         return slots.index_select(0, top_k_slots(fused_ranks(scores, ids), every, ids, k))
 
+
 def fused_ranks(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """(n,) float64 mean over layers of 1 / (1 + rank), from (L, n) per-layer scores of n blocks
     with ids ``ids``: rank 0 is a layer's highest score, equal scores rank the newer (higher id)

@@ -15,8 +15,10 @@ Two rankings, chosen by the policy (``MemoryPolicy.locate_scores``):
   by the same queries. No chat template around the query (the probe's raw text).
   With ``memory.rekv.selection: shared`` the score is instead the fused rank score a
   question retrieves by (the mean over layers of 1 / (1 + the block's rank in the layer),
-  in (0, 1]; ``BlockIndex.fused_top_k``): on SmolLM2's needle streams it ranked the
-  needles well above the mean of the scores (docs/POLICIES.md).
+  in (0, 1]; ``BlockIndex.fused_top_k``): on SmolLM2's 160-frame needle streams it put
+  the needles among its top 16 about twice as often as the mean of the scores
+  (docs/POLICIES.md); on 30-frame streams locate found them no better (docs/BENCHMARKS.md,
+  grounding).
 - **attention** (every other policy): one prefill of the query, as an open question,
   over the context the policy assembles for a question (``engine._prefill``); each
   frame's score is the attention mass its tokens receive, averaged over the query's
