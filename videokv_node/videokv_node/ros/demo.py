@@ -220,13 +220,14 @@ def main(argv=None) -> int:
         # 6 tokens a frame after the 23-token prompt: 48 tokens keep 4 of the story's 8 sampled frames resident;
         # the rest are offloaded to host memory and retrieved back (3 at most) for the questions about them.
         # A local window of one frame (6 tokens): each frame is encoded after the prompt and the frame before it.
-        # Measured with `make demo` on v4 (2026-11-25): window 1 frame 6/6 open and 6/6 multiple choice; window 1
-        # token (each frame encoded alone, v2's setting) 5/6 and 5/6, the motion question wrong. v2 had 5/6 at
-        # 1 token, 4/6 at 1 frame, 5/6 at 2-3 frames (the digit read as 8).
+        # Measured with `make demo` on v4 (2026-11-25): window 1 frame 6/6 open and 6/6 multiple choice, with
+        # memory.rekv.selection layer and again with shared (the default since); window 1 token (each frame
+        # encoded alone, v2's setting) 5/6 and 5/6, the motion question wrong. v2 had 5/6 at 1 token, 4/6 at
+        # 1 frame, 5/6 at 2-3 frames (the digit read as 8).
         params.update({"memory.budget_tokens": 48, "memory.local_window_tokens": 6, "memory.retrieve_frames": 3})
     elif tiny:
         # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
-        # per-layer retrieval (16 tokens per frame: window 8 frames, ~18 frames resident, 4 retrieved).
+        # retrieval (16 tokens per frame: window 8 frames, ~18 frames resident, 4 retrieved).
         params.update({"memory.budget_tokens": 400, "memory.local_window_tokens": 128, "memory.retrieve_frames": 4})
     print(f"videokv demo: model {args.model!r}, policy {args.policy}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}")
     if story:

@@ -79,11 +79,12 @@ class ReKVPolicy(MemoryPolicy):
         recent = candidates.recent_within(self.config.local_window_tokens) if rekv.question_window else []
         pool = candidates.without(recent)
         if rekv.selection == "shared":
+            # Chosen before the pass, so no in-pass query (``rekv.query``) is read.
             if not pool.count:  # nothing to rank: no probe
-                return QuestionSelection(fixed=recent, query=rekv.query)
+                return QuestionSelection(fixed=recent)
             q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
             picked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, self.config.retrieve_frames))
-            return QuestionSelection(fixed=recent + picked, query=rekv.query)
+            return QuestionSelection(fixed=recent + picked)
         return QuestionSelection(fixed=recent, pool_set=pool, k=self.config.retrieve_frames, query=rekv.query)
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
