@@ -126,7 +126,8 @@ def oracle_option_scores(frames, question: str, options: list[str], world: int, 
     """What the service must answer, from the single-process Spava oracle on the same tiny model.
 
     likelihood: a fresh oracle prefill of the open question per option, its tokens decoded one by
-    one, the mean log-probability per token, softmax (written out here, not the runner's loop).
+    one, the mean log-probability over the tokens not shared by all options at their start or end
+    (found here by comparing the token lists), softmax (written out here, not the runner's loop).
     """
     from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
     from videokv_node.spava.attention import use_spava_attention
@@ -146,14 +147,20 @@ def oracle_option_scores(frames, question: str, options: list[str], world: int, 
         if scoring == "letter":
             logits = runner().prefill(embeds, len(q_ids))
             return torch.softmax(logits[a.option_token_ids(len(options))], 0).tolist()
+        toks = [a.text_ids(option) for option in options]
+        start = end = 0
+        while all(len(t) > start + 1 for t in toks) and len({t[start] for t in toks}) == 1:
+            start += 1
+        while all(len(t) - end - 1 > start for t in toks) and len({t[len(t) - end - 1] for t in toks}) == 1:
+            end += 1
         means = []
-        for option in options:
+        for tokens in toks:
             r = runner()
-            logits, total, tokens = r.prefill(embeds, len(q_ids)), 0.0, a.text_ids(option)
+            logits, lps = r.prefill(embeds, len(q_ids)), []
             for token in tokens:
-                total += float(torch.log_softmax(logits.double(), 0)[token])
+                lps.append(float(torch.log_softmax(logits.double(), 0)[token]))
                 logits = r.decode(a.embed_tokens([token]))
-            means.append(total / len(tokens))
+            means.append(sum(lps[start:len(lps) - end]) / (len(lps) - end - start))
     return torch.softmax(torch.tensor(means, dtype=torch.float64), 0).tolist()
 
 
@@ -167,7 +174,7 @@ def test_long_replay_action_and_node_forwarding_over_dds(ros, tmp_path):
         try:
             assert client.client.wait_for_server(timeout_sec=180), open(env["SPAVA_LOG"]).read()
             goal = replay_goal(frames, stamps, [("What is in the video?", []), ("Which colour?", ["red", "blue"], "letter"),
-                                                ("Which colour is it?", ["dark red", "blue", "a green one"])])
+                                                ("Which colour is it?", ["a dark red one", "a blue one", "a green one"])])
             result, status, feedback = client.run(goal)
             assert result is not None and result.success, result and result.message
             assert result.world_size == 2 and result.frames == 5 and len(result.answers) == 3
@@ -178,7 +185,7 @@ def test_long_replay_action_and_node_forwarding_over_dds(ros, tmp_path):
             np.testing.assert_allclose(choice.option_scores, oracle_option_scores(frames, "Which colour?", ["red", "blue"], 2),
                                        atol=1e-4)
             # An empty option_scoring is the default, likelihood: scored on the two ranks' shards.
-            options = ["dark red", "blue", "a green one"]
+            options = ["a dark red one", "a blue one", "a green one"]  # "a " and " one" shared: left out of the means
             assert likely.success and likely.answer == options[likely.option_index]
             np.testing.assert_allclose(likely.option_scores,
                                        oracle_option_scores(frames, "Which colour is it?", options, 2, "likelihood"), atol=1e-4)

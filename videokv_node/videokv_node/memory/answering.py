@@ -23,6 +23,7 @@ from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.encoding import EncodeJob
 from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
+from videokv_node.memory.options import distinct_spans, option_texts
 from videokv_node.memory.policy import QuestionSelection, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Question, RequestError
 from videokv_node.memory.question_span import question_span
@@ -98,6 +99,7 @@ class AnsweringMixin:
         if question.options and scoring == "likelihood":
             return self._ask_by_likelihood(question, on_token)
         t0 = time.perf_counter()
+        asked, question = question, dataclasses.replace(question, options=option_texts(question.options))  # labels dropped
         ids = self.validate(question)
         max_new = 1 if question.options else (question.max_new_tokens or self.generation.max_new_tokens)
         # Multiple choice is read from the prefill's logits: a question stage, which only changes
@@ -109,7 +111,7 @@ class AnsweringMixin:
             letter_ids = self.adapter.option_token_ids(len(question.options))
             probs = torch.softmax(logits[letter_ids], dim=0)
             index = int(torch.argmax(probs))
-            text, scores = question.options[index], probs.tolist()
+            text, scores = asked.options[index], probs.tolist()
             if on_token:
                 on_token(text)
         else:
@@ -124,15 +126,19 @@ class AnsweringMixin:
         is scored as the answer's continuation on the one cached question context
         (``_continuation_logprobs``). Options of different token lengths are made comparable by
         the **mean** log-probability per token: a sum would favour the shortest option (every
-        extra token only adds a negative term), whatever the memory says. ``option_scores`` is
-        the softmax of the means (sums to 1); ties go to the first option. Every option must
-        also fit ``memory.max_question_tokens`` on its own, else RequestError.
+        extra token only adds a negative term), whatever the memory says. The mean is taken over
+        the tokens that tell the options apart (``memory/options.py``: labels such as "A)" dropped,
+        tokens every option shares at its start or end left out). ``option_scores`` is the
+        softmax of the means (sums to 1); ties go to the first option. Every option must also
+        fit ``memory.max_question_tokens`` on its own, else RequestError.
         """
         t0 = time.perf_counter()
         self.validate(question, list_options=False)
         open_question = dataclasses.replace(question, options=[])
-        per_token, chosen = self._continuation_logprobs(open_question, list(question.options))
-        means = torch.tensor([sum(lp) / len(lp) for lp in per_token], dtype=torch.float64)
+        texts = option_texts(question.options)
+        spans = distinct_spans([self.adapter.text_ids(t) for t in texts])
+        per_token, chosen = self._continuation_logprobs(open_question, texts, ends=[end for _, end in spans])
+        means = torch.tensor([sum(lp[a:b]) / (b - a) for lp, (a, b) in zip(per_token, spans)], dtype=torch.float64)
         probs = torch.softmax(means, dim=0)
         index = int(torch.argmax(probs))
         if on_token:
@@ -159,14 +165,15 @@ class AnsweringMixin:
                              self._context_len, [len(lp) for lp in per_token])
 
     @torch.inference_mode()
-    def _continuation_logprobs(self, question: Question, continuations: list[str], prefilled=None):
+    def _continuation_logprobs(self, question: Question, continuations: list[str], prefilled=None, ends=None):
         """Per continuation, the log-probability (natural log) of each of its tokens as the answer
         to the open ``question``, and the blocks attended to by id.
 
         One context assembly and one question prefill (then the question stage, as before
         decoding); each continuation is fed token by token on that cache, cut back to it after
         each one, so the continuations never see each other. ``prefilled()`` is called once the
-        question is prefilled. Refuses (RequestError) an empty continuation or one longer than
+        question is prefilled. ``ends``: per continuation, score only its first ``ends[i]`` tokens
+        (the rest is never fed). Refuses (RequestError) an empty continuation or one longer than
         ``memory.max_question_tokens``.
         """
         if not continuations or any(not c.strip() for c in continuations):
@@ -183,7 +190,8 @@ class AnsweringMixin:
         if prefilled is not None:
             prefilled()
         per_token = []
-        for cont in tokens:
+        for k, cont in enumerate(tokens):
+            cont = cont[: ends[k]] if ends is not None else cont
             step_logits, pos, lps = logits, next_pos + len(ids), []
             for i, token in enumerate(cont):
                 lps.append(float(torch.log_softmax(step_logits.double(), dim=0)[token]))

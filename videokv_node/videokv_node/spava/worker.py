@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from videokv_node.memory.options import distinct_spans, option_texts
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.spava.attention import use_spava_attention
 from videokv_node.spava.collectives import broadcast_tensor
@@ -117,9 +118,10 @@ class ReplayWorker:
         by_likelihood = bool(q.options) and q.option_scoring == "likelihood"
         try:
             # Likelihood: the question asked open, each option's text scored as its answer.
-            q_ids = a.question_ids(q.question, [] if by_likelihood else list(q.options))
+            texts = option_texts(q.options)  # labels such as "A)" dropped (memory/options.py)
+            q_ids = a.question_ids(q.question, [] if by_likelihood else texts)
             letters = a.option_token_ids(len(q.options)) if q.options and not by_likelihood else []
-            option_ids = [a.text_ids(o) for o in q.options] if by_likelihood else []
+            option_ids = [a.text_ids(o) for o in texts] if by_likelihood else []
         except ValueError as exc:
             return ReplayAnswer(False, str(exc))
         if any(not ids for ids in option_ids):
@@ -134,10 +136,13 @@ class ReplayWorker:
                            evidence_cameras=[job.cameras[i] for i in idx], ttft_s=ttft)
         t0 = time.monotonic()
         if by_likelihood:
-            # As the engine's likelihood scoring (memory/engine.py _ask_by_likelihood): options of
-            # different lengths compared by the mean log-probability per token; scores = softmax.
-            per_token = self.runner.score_continuations(logits, a.embed_tokens, option_ids)
-            probs = torch.softmax(torch.tensor([sum(lp) / len(lp) for lp in per_token], dtype=torch.float64), dim=0)
+            # As the engine's likelihood scoring (memory/answering.py _ask_by_likelihood): options of
+            # different lengths compared by the mean log-probability per token over the tokens that
+            # tell them apart (memory/options.py distinct_spans); scores = softmax.
+            spans = distinct_spans(option_ids)
+            per_token = self.runner.score_continuations(logits, a.embed_tokens, [ids[:b] for ids, (_, b) in zip(option_ids, spans)])
+            probs = torch.softmax(torch.tensor([sum(lp[s:b]) / (b - s) for lp, (s, b) in zip(per_token, spans)],
+                                               dtype=torch.float64), dim=0)
             ans.option_index = int(probs.argmax())
             ans.option_scores = [float(p) for p in probs]
             ans.answer = q.options[ans.option_index]
