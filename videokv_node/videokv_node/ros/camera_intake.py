@@ -2,7 +2,9 @@
 
 Decode, sample by header stamp, queue for the model worker; a callback never runs the
 model. The subscriptions share one mutually exclusive callback group, so frames of all
-cameras reach the sampler one at a time, in arrival order.
+cameras reach the sampler one at a time, in arrival order. A frame is queued without its
+robot pose: the model worker looks it up when it takes the frame (``node._frame_pose``),
+as late as possible, so that odometry arriving after the image still counts.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class CameraIntake:
         self._subscriptions = []
 
     def image_callback(self, msg, camera: str, compressed: bool) -> None:
-        """Decode, sample by header stamp, queue for the model worker; never runs the model.
+        """Decode, sample by header stamp, queue for the model worker; never runs the model nor resolves the pose.
 
         Decoding comes first so that a malformed frame is always counted and never
         takes a sample slot; for raw images it is one copy, for JPEG it is the cost
@@ -89,13 +91,16 @@ class CameraIntake:
         if decision is SampleDecision.RESET:
             node.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         node.counters.add("sampled")
-        poses = node.poses
-        pose = poses.pose_at(stamp_ns) if poses is not None else None
         long_replay = node.long_replay
         if long_replay is not None:
-            long_replay.archive.add(camera, stamp_ns, rgb, pose)
+            # The pose known now, uncounted; the worker's lookup at ingest (node._frame_pose) replaces it with
+            # the block's pose. A frame dropped before ingest keeps this one.
+            poses = node.poses
+            long_replay.archive.add(camera, stamp_ns, rgb, poses.peek(stamp_ns) if poses is not None else None)
         try:
-            if not worker.submit_frame(Frame(camera, stamp_ns, rgb, pose)):
+            # No pose yet: the worker looks it up when it takes the frame for ingest (runtime/worker.py), so
+            # odometry that arrives while the frame waits in the queue counts.
+            if not worker.submit_frame(Frame(camera, stamp_ns, rgb)):
                 node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
         except WorkerStopped:  # deactivated while this frame was on its way
             node.drop(f"dropped a frame from {camera}: the node is being deactivated")
