@@ -104,6 +104,16 @@ def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
             assert abs(p.x - x) < 1e-6 and abs(p.y + 2 * x) < 1e-6 and p.z == 0.0, (s, p)
             assert abs(q.z - math.sin(yaw / 2)) < 1e-6 and abs(q.w - math.cos(yaw / 2)) < 1e-6, (s, q)
 
+        # The ~/ask action's result carries the same evidence poses as the service's answer.
+        assert client.wait_action_ready(timeout=60), proc.output()
+        streamed = client.ask_stream("What is there?")
+        assert streamed.result.success, streamed.result.message
+        assert [time_to_ns(t) for t in streamed.result.evidence_stamps] == stamps
+        assert len(streamed.result.evidence_poses) == len(stamps)
+        for s, served, acted in zip(stamps, resp.evidence_poses, streamed.result.evidence_poses):
+            assert time_to_ns(acted.header.stamp) == s
+            assert acted.header.frame_id == served.header.frame_id and acted.pose == served.pose, (s, acted)
+
         loc = client.locate("a red box", top_k=3)
         assert loc.success, loc.message
         assert loc.method == "retrieval" and len(loc.stamps) == len(loc.poses) == len(loc.scores) == 3
