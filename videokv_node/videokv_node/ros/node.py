@@ -35,10 +35,9 @@ from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.snapshot import SnapshotError
 from videokv_node.memory.snapshot_series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
-from videokv_node.pose import Pose
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
-from videokv_node.ros.camera_intake import CameraIntake
+from videokv_node.ros.camera_intake import CameraIntake, frame_pose
 from videokv_node.ros.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
@@ -154,7 +153,7 @@ class VideoKVMixin:
         self.worker = ModelWorker(
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
             max_batch=self.settings.vision.max_batch,
-            pose_lookup=self._frame_pose if self.settings.pose.enabled else None,
+            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if self.settings.pose.enabled else None,
         )
         self.keep(lambda c: c.destroy(), CameraIntake(self, s))  # ros/camera_intake.py
         if self.settings.pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp
@@ -256,20 +255,6 @@ class VideoKVMixin:
     def _ingest_error(self, exc: Exception) -> None:
         """The worker's report of a frame the model failed on: dropped and counted."""
         self.drop(f"the model failed on a frame: {exc!r}")
-
-    def _frame_pose(self, stamp_ns: int) -> Pose | None:
-        """The worker's pose lookup for a frame it takes for ingest (runtime/worker.py): the pose at its stamp.
-
-        Looked up there, not in the camera callback, so that odometry received while the frame
-        waited in the queue counts; a frame still outside the poses' span by more than
-        ``pose_tolerance_s`` gets none, counted. The frame's long-replay archive copy is given
-        the same pose, so the block and the copy Spava replays never disagree.
-        """
-        poses, long_replay = self.poses, self.long_replay  # locals: a deactivation may clear them meanwhile
-        pose = poses.pose_at(stamp_ns) if poses is not None else None
-        if long_replay is not None:
-            long_replay.archive.set_pose(stamp_ns, pose)
-        return pose
 
     # --- run-time parameters (params.RUNTIME) -------------------------------
     def parameters_callback(self, params) -> SetParametersResult:

@@ -6,7 +6,7 @@ type is read from the topic graph, and the subscription waits, retried every sec
 until a publisher shows it). Each message goes to the history (ingest/pose_history.py),
 which drops and counts a non-finite pose or a stamp going backwards. ``pose_at`` then
 interpolates at a frame's header stamp. The model worker calls it when it takes the frame
-for ingest (``node._frame_pose``, runtime/worker.py), not the camera callback: odometry
+for ingest (``camera_intake.frame_pose``, runtime/worker.py), not the camera callback: odometry
 received while the frame waited in the queue counts (on a busy node it often arrives after
 the image), and a frame still past the newest pose by more than ``pose_tolerance_s`` then
 gets none, counted.
