@@ -104,6 +104,16 @@ def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
             assert abs(p.x - x) < 1e-6 and abs(p.y + 2 * x) < 1e-6 and p.z == 0.0, (s, p)
             assert abs(q.z - math.sin(yaw / 2)) < 1e-6 and abs(q.w - math.cos(yaw / 2)) < 1e-6, (s, q)
 
+        # The ~/ask action's result carries the same evidence poses as the service's answer.
+        assert client.wait_action_ready(timeout=60), proc.output()
+        streamed = client.ask_stream("What is there?")
+        assert streamed.result.success, streamed.result.message
+        assert [time_to_ns(t) for t in streamed.result.evidence_stamps] == stamps
+        assert len(streamed.result.evidence_poses) == len(stamps)
+        for s, served, acted in zip(stamps, resp.evidence_poses, streamed.result.evidence_poses):
+            assert time_to_ns(acted.header.stamp) == s
+            assert acted.header.frame_id == served.header.frame_id and acted.pose == served.pose, (s, acted)
+
         loc = client.locate("a red box", top_k=3)
         assert loc.success, loc.message
         assert loc.method == "retrieval" and len(loc.stamps) == len(loc.poses) == len(loc.scores) == 3
@@ -180,6 +190,24 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
     goal.frame_poses = goal.frame_poses[:1]  # misaligned: refused with the reason
     with pytest.raises(ValueError, match="1 frame_poses for 2 frames"):
         goal_poses(goal)
+
+
+def test_an_archived_frame_gets_the_pose_resolved_at_ingest():
+    """The worker resolves a frame's pose at ingest, after the camera callback archived it with the pose
+    known then; ``set_pose`` gives every archived copy at that stamp (any camera) the block's pose."""
+    from videokv_node.pose import Pose
+    from videokv_node.ros.long_replay_client import FrameArchive
+
+    archive = FrameArchive(1 << 20, 90)
+    early = Pose.make("odom", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+    late = Pose.make("odom", (1.0, -2.0, 0.0), (0.0, 0.0, math.sin(0.1), math.cos(0.1)))
+    archive.add("/a", 5 * NS, frame(0), None)
+    archive.add("/b", 5 * NS, frame(1), early)
+    archive.add("/a", 6 * NS, frame(2), early)
+    archive.set_pose(5 * NS, late)
+    archive.set_pose(7 * NS, late)  # no such frame (dropped from the archive): nothing changes
+    assert [(c, s, p) for c, s, _, p in archive.window(0, 0, [], 10)] == [
+        ("/a", 5 * NS, late), ("/b", 5 * NS, late), ("/a", 6 * NS, early)]
 
 
 def test_pose_source_tf_is_refused_with_the_reason_where_tf2_ros_is_missing(monkeypatch):

@@ -59,16 +59,26 @@ def capture_queries(adapter, ids_before: list[int], ids: list[int], embeds_betwe
     return q, cache, positions[:, -n:]
 
 
-def count_forwards(monkeypatch, adapter) -> list[int]:
-    calls = [0]
+def count_forwards(monkeypatch, adapter) -> list[tuple[int, int, bool]]:
+    """Record every decoder forward from now on: (input tokens, cache length before it, observed), where
+    observed means an attention observer was attached (locate's question prefill measures attention mass)."""
+    calls: list[tuple[int, int, bool]] = []
     real = adapter.forward
 
-    def counted(*args, **kw):
-        calls[0] += 1
-        return real(*args, **kw)
+    def counted(embeds, positions, cache, logits=True, observer=None):
+        calls.append((embeds.shape[1], cache.get_seq_length(), observer is not None))
+        return real(embeds, positions, cache, logits=logits, observer=observer)
 
     monkeypatch.setattr(adapter, "forward", counted)
     return calls
+
+
+def forward_kinds(calls, engine, adapter, text: str) -> list[str]:
+    """Name each recorded forward: ``prefill`` (the question prefill, observed), ``probe`` (the text's
+    tokens alone after the prompt sink: ``VideoMemoryEngine.probe``) or ``encode`` (frames)."""
+    probe_len = len(adapter.text_ids(text))
+    return ["prefill" if observed else "probe" if (n, cached) == (probe_len, engine.sink.n_tokens) else "encode"
+            for n, cached, observed in calls]
 
 
 def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monkeypatch):
@@ -92,7 +102,7 @@ def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monk
         expected[b.stamp_ns] = total / geo.n_layers
     calls = count_forwards(monkeypatch, a)
     result = e.locate(LocateQuery(QUERY, top_k=4))
-    assert calls[0] == 1  # the query's probe, nothing else
+    assert forward_kinds(calls, e, a, QUERY) == ["probe"]  # the query's probe, nothing else
     assert result.method == "retrieval"
     order = sorted(expected, key=lambda s: (-expected[s], -s))[:4]
     assert [m.stamp_ns for m in result.moments] == order
@@ -152,7 +162,7 @@ def test_full_locate_ranks_by_the_question_prefills_attention_mass(tiny_adapter6
     mass /= geo.n_layers
     calls = count_forwards(monkeypatch, a)
     result = e.locate(LocateQuery(QUERY, top_k=10))
-    assert calls[0] == 1  # one question prefill, no decoding
+    assert forward_kinds(calls, e, a, QUERY) == ["prefill"]  # one question prefill, no decoding
     assert result.method == "attention"
     assert len(result.moments) == len(frames)  # every frame is in full's context
     by_stamp = {f.stamp_ns: float(mass[i]) for i, f in enumerate(frames)}
@@ -162,17 +172,33 @@ def test_full_locate_ranks_by_the_question_prefills_attention_mass(tiny_adapter6
         assert m.pose is None
 
 
-@pytest.mark.parametrize("policy", ["streamkv", "hermes", "mukv"])
-def test_every_policy_locates_within_the_window_with_one_prefill(tiny_adapter, policy):
+@pytest.mark.parametrize("policy, forwards", [
+    ("streamkv", ["probe", "encode", "prefill"]),  # SelectKV's probe of the query; the open segment's frames
+    # in the window, not yet blocks, encoded for the question (frames, not the query: as for ~/ask)
+    ("hermes", ["prefill"]),  # its pseudo query was probed once at setup, not per request
+    ("mukv", ["probe", "prefill"]),  # the question vector its pools are ranked by
+    ("rekv", ["probe"]),  # retrieval scores from the probe alone, no prefill (selection shared here; layer:
+    # test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores)
+])
+def test_every_policy_locates_within_the_window_with_one_prefill(tiny_adapter, monkeypatch, policy, forwards):
+    """One question prefill at most, no decoding: the decoder forwards of one locate, counted and named."""
+    a = tiny_adapter
     frames = posed(random_frames(8, seed=1))
-    e = make_engine(tiny_adapter, policy)
+    e = make_engine(a, policy)
     for f in frames:
         e.ingest([f])
     window = (frames[2].stamp_ns, frames[6].stamp_ns)
+    pending = [u for u in e.policy.pending_units() if window[0] <= (u.stamps_ns or (u.stamp_ns,))[0] <= window[1]]
+    calls = count_forwards(monkeypatch, a)
     result = e.locate(LocateQuery(QUERY, top_k=3, since_ns=window[0], until_ns=window[1]))
-    assert result.method == "attention" and 1 <= len(result.moments) <= 3
+    kinds = forward_kinds(calls, e, a, QUERY)
+    assert kinds == forwards, calls
+    tokens = {k: [n for (n, _, _), kind in zip(calls, kinds) if kind == k] for k in ("prefill", "encode")}
+    assert tokens["prefill"] == [len(a.question_ids(QUERY, []))] * kinds.count("prefill")  # the query, as an open question
+    assert tokens["encode"] == ([len(pending) * a.tokens_per_frame] if "encode" in kinds else [])  # those frames only
+    assert result.method == ("retrieval" if policy == "rekv" else "attention") and 1 <= len(result.moments) <= 3
     scores = [m.score for m in result.moments]
-    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)  # rekv shared: in (0, 1]
     poses = {f.stamp_ns: f.pose for f in frames}
     for m in result.moments:
         assert window[0] <= m.stamp_ns <= window[1] and m.pose == poses[m.stamp_ns]

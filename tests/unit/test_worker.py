@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from videokv_node.memory.question import Frame, Question, RequestError
+from videokv_node.pose import Pose, yaw_quaternion
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 
 
@@ -124,3 +125,36 @@ def test_stop_fails_pending_requests_and_joins():
     assert not worker.alive
     with pytest.raises(WorkerStopped):
         worker.submit_frame(frame(1))
+
+
+def test_a_frame_gets_the_pose_that_arrived_while_it_waited_in_the_queue():
+    """The pose is looked up when the worker takes the frame, not when it was submitted: odometry that
+    arrives after the image (before ingest) gives it the pose interpolated at its stamp."""
+    from videokv_node.ingest.pose_history import PoseConfig, PoseHistory
+
+    ns = 1_000_000_000
+    history = PoseHistory(PoseConfig(pose_topic="odom", pose_tolerance_s=0.1))
+    engine = RecordingEngine()
+    ingested: list[Frame] = []
+    engine.ingest = lambda frames: (engine.started.set(), engine.gate.wait(10), ingested.extend(frames))
+    worker = ModelWorker(engine, queue_size=10, pose_lookup=history.at)
+    try:
+        worker.submit_frame(frame(0))  # before any pose: ingested at once, none to be had
+        assert engine.started.wait(5)
+        given = Pose.make("map", (9.0, 9.0, 9.0), (0.0, 0.0, 0.0, 1.0))
+        worker.submit_frame(Frame("cam", 2 * ns, np.zeros((2, 2, 3), np.uint8), given))  # came with a pose: kept
+        worker.submit_frame(frame(ns + ns // 4))  # 1.25 s: waits in the queue
+        worker.submit_frame(frame(3 * ns))  # 1 s past the newest pose once the poses are in
+        history.add(ns, "odom", (0.0, 0.0, 0.0), yaw_quaternion(0.0))  # odometry arrives after the images
+        history.add(2 * ns, "odom", (4.0, -2.0, 0.0), yaw_quaternion(1.0))
+        engine.gate.set()
+        worker.ask(Question("done")).result(5)
+    finally:
+        worker.stop()
+    poses = {f.stamp_ns: f.pose for f in ingested}
+    assert poses[0] is None and poses[2 * ns] is given and poses[3 * ns] is None
+    got = poses[ns + ns // 4]
+    assert got is not None and got.frame_id == "odom"
+    assert got.position == pytest.approx((1.0, -0.5, 0.0), abs=1e-12)  # a quarter of the way
+    assert got.orientation == pytest.approx(yaw_quaternion(0.25), abs=1e-12)  # slerp: a quarter of the turn
+    assert (history.counters.frames_with_pose, history.counters.frames_without_pose) == (1, 2)  # `given` not looked up

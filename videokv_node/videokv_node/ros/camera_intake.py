@@ -2,7 +2,9 @@
 
 Decode, sample by header stamp, queue for the model worker; a callback never runs the
 model. The subscriptions share one mutually exclusive callback group, so frames of all
-cameras reach the sampler one at a time, in arrival order.
+cameras reach the sampler one at a time, in arrival order. A frame is queued without its
+robot pose: the model worker looks it up when it takes the frame (``frame_pose``),
+as late as possible, so that odometry arriving after the image still counts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from videokv_node.ingest.image_decode import ImageDecodeError
 from videokv_node.ingest.sampler import SampleDecision
 from videokv_node.memory.question import Frame
+from videokv_node.pose import Pose
 from videokv_node.ros import conversions
 from videokv_node.runtime.worker import WorkerStopped
 
@@ -31,6 +34,21 @@ def camera_qos(s) -> QoSProfile:
         qos = QoSProfile(history=qos.history, depth=s.camera_qos_depth, reliability=qos.reliability,
                          durability=qos.durability)
     return qos
+
+
+def frame_pose(node, stamp_ns: int) -> Pose | None:
+    """The model worker's pose lookup (runtime/worker.py) for a frame it takes for ingest: the pose at its stamp.
+
+    Looked up there, not in the camera callback, so that odometry received while the frame
+    waited in the queue counts; a frame still outside the poses' span by more than
+    ``pose_tolerance_s`` gets none, counted. The frame's long-replay archive copy is given
+    the same pose, so the block and the copy Spava replays never disagree.
+    """
+    poses, long_replay = node.poses, node.long_replay  # locals: a deactivation may clear them meanwhile
+    pose = poses.pose_at(stamp_ns) if poses is not None else None
+    if long_replay is not None:
+        long_replay.archive.set_pose(stamp_ns, pose)
+    return pose
 
 
 class CameraIntake:
@@ -60,7 +78,7 @@ class CameraIntake:
         self._subscriptions = []
 
     def image_callback(self, msg, camera: str, compressed: bool) -> None:
-        """Decode, sample by header stamp, queue for the model worker; never runs the model.
+        """Decode, sample by header stamp, queue for the model worker; never runs the model nor resolves the pose.
 
         Decoding comes first so that a malformed frame is always counted and never
         takes a sample slot; for raw images it is one copy, for JPEG it is the cost
@@ -89,13 +107,16 @@ class CameraIntake:
         if decision is SampleDecision.RESET:
             node.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         node.counters.add("sampled")
-        poses = node.poses
-        pose = poses.pose_at(stamp_ns) if poses is not None else None
         long_replay = node.long_replay
         if long_replay is not None:
-            long_replay.archive.add(camera, stamp_ns, rgb, pose)
+            # The pose known now, uncounted; the worker's lookup at ingest (frame_pose) replaces it with
+            # the block's pose. A frame dropped before ingest keeps this one.
+            poses = node.poses
+            long_replay.archive.add(camera, stamp_ns, rgb, poses.peek(stamp_ns) if poses is not None else None)
         try:
-            if not worker.submit_frame(Frame(camera, stamp_ns, rgb, pose)):
+            # No pose yet: the worker looks it up when it takes the frame for ingest (runtime/worker.py), so
+            # odometry that arrives while the frame waits in the queue counts.
+            if not worker.submit_frame(Frame(camera, stamp_ns, rgb)):
                 node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
         except WorkerStopped:  # deactivated while this frame was on its way
             node.drop(f"dropped a frame from {camera}: the node is being deactivated")

@@ -88,9 +88,11 @@ def where_and_when(client: MemoryClient, thing: str, truth: tuple[int, int], t0_
             print(f"      evidence {(time_to_ns(stamp) - t0_ns) / NS:6.2f}s: robot at {pose_text(pose)}")
     missing = sum(not p.header.frame_id for p in loc.poses)
     if missing:
-        # Known defect (2026-11-25, open): on a busy 2-core node some frames get no pose from the
-        # best-effort odometry subscription; said here, not counted as a failed answer.
-        print(f"    WARNING: {missing} of {len(loc.poses)} located moments have no pose (odometry not received in time)")
+        # The node looks a frame's pose up when its model worker takes the frame for ingest
+        # (runtime/worker.py), so odometry arriving while the frame waits counts; a frame taken at
+        # once by an idle worker, before the odometry around its stamp was received, still gets none.
+        # Said here, not counted as a failed answer.
+        print(f"    WARNING: {missing} of {len(loc.poses)} located moments have no pose (odometry not received by ingest)")
     return ok
 
 

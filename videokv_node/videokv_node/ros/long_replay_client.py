@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from rclpy.action import ActionClient
@@ -81,6 +81,19 @@ class FrameArchive:
                 self._bytes -= len(self._frames.popleft().jpeg)
             self._frames.append(_Archived(camera, stamp_ns, data, pose))
             self._bytes += len(data)
+
+    def set_pose(self, stamp_ns: int, pose: Pose | None) -> None:
+        """Give the archived frames stamped ``stamp_ns`` (any camera: the robot has one pose at a stamp) ``pose``.
+
+        The model worker resolves a frame's pose at ingest, after the frame was archived; this
+        makes the archived copy carry the pose its block got. A frame already dropped from the
+        archive is not found and nothing changes.
+        """
+        with self._lock:
+            for i in range(len(self._frames) - 1, -1, -1):
+                f = self._frames[i]
+                if f.stamp_ns == stamp_ns and f.pose != pose:
+                    self._frames[i] = replace(f, pose=pose)
 
     def window(self, since_ns: int, until_ns: int, cameras: list[str], most: int) -> list[tuple[str, int, np.ndarray, Pose | None]]:
         """(camera, stamp, RGB, pose) of the archived frames in the window, stamp order, evenly thinned to ``most``."""

@@ -37,7 +37,7 @@ from videokv_node.memory.snapshot_series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
-from videokv_node.ros.camera_intake import CameraIntake
+from videokv_node.ros.camera_intake import CameraIntake, frame_pose
 from videokv_node.ros.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
@@ -153,6 +153,7 @@ class VideoKVMixin:
         self.worker = ModelWorker(
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
             max_batch=self.settings.vision.max_batch,
+            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if self.settings.pose.enabled else None,
         )
         self.keep(lambda c: c.destroy(), CameraIntake(self, s))  # ros/camera_intake.py
         if self.settings.pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp

@@ -5,13 +5,17 @@ geometry_msgs/PoseStamped or PoseWithCovarianceStamped; with ``pose_type: auto``
 type is read from the topic graph, and the subscription waits, retried every second,
 until a publisher shows it). Each message goes to the history (ingest/pose_history.py),
 which drops and counts a non-finite pose or a stamp going backwards. ``pose_at`` then
-interpolates at a frame's header stamp; the camera callback calls it right after
-sampling, so a frame gets the poses received before it (plus ``pose_tolerance_s``
-after the newest: odometry usually runs ahead of a camera's latency).
+interpolates at a frame's header stamp. The model worker calls it when it takes the frame
+for ingest (``camera_intake.frame_pose``, runtime/worker.py), not the camera callback: odometry
+received while the frame waited in the queue counts (on a busy node it often arrives after
+the image), and a frame still past the newest pose by more than ``pose_tolerance_s`` then
+gets none, counted.
 
 ``pose_source: tf`` looks up ``pose_frame <- base_frame`` at the frame's stamp in a
 tf2 buffer instead. tf2_ros comes with ROS 2 from apt; it is not on PyPI, so with
-the wheels set-up (``make build``) ``check_available`` refuses tf at configure.
+the wheels set-up (``make build``) ``check_available`` refuses tf at configure. The
+lookup happens at the same point (the worker, at ingest): tf2's buffer is thread-safe,
+and a transform broadcast after the image is then found too.
 """
 
 from __future__ import annotations
@@ -96,6 +100,10 @@ class PoseIntake:
                                          f"{self.config.pose_tolerance_s})", throttle_duration_sec=WARN_THROTTLE_S)
         return pose
 
+    def peek(self, stamp_ns: int) -> Pose | None:
+        """As ``pose_at`` now, uncounted and silent: a provisional pose (the long-replay archive's, until ingest)."""
+        return self._tf.lookup(stamp_ns) if self._tf is not None else self.history.peek(stamp_ns)
+
     def pose_callback(self, msg) -> None:
         """One pose message into the history; a bad one is dropped, counted and warned about."""
         stamp_ns, frame_id, position, orientation = pose_fields(msg)
@@ -162,6 +170,16 @@ class _TfLookup:
         self._listener = tf2_ros.TransformListener(self._buffer, node, spin_thread=False)
 
     def pose_at(self, stamp_ns: int) -> Pose | None:
+        """The transform at ``stamp_ns`` as a pose, counted as a frame with or without a pose."""
+        pose = self.lookup(stamp_ns)
+        if pose is None:
+            self._counters.frames_without_pose += 1
+        else:
+            self._counters.frames_with_pose += 1
+        return pose
+
+    def lookup(self, stamp_ns: int) -> Pose | None:
+        """The transform at ``stamp_ns`` as a pose, or None (not in the buffer), uncounted."""
         from rclpy.time import Time
 
         try:
@@ -170,10 +188,6 @@ class _TfLookup:
             pose = Pose.make(self._config.pose_frame, (tr.x, tr.y, tr.z), (rot.x, rot.y, rot.z, rot.w))
         except (self._tf2.LookupException, self._tf2.ConnectivityException, self._tf2.ExtrapolationException, ValueError):
             pose = None
-        if pose is None:
-            self._counters.frames_without_pose += 1
-        else:
-            self._counters.frames_with_pose += 1
         return pose
 
     def destroy(self) -> None:

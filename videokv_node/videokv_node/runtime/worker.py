@@ -18,6 +18,7 @@ from typing import Any
 
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, Question
+from videokv_node.pose import Pose
 
 
 class WorkerBusy(RuntimeError):
@@ -41,6 +42,13 @@ class ModelWorker:
     ``max_batch`` at a time, so the vision encoder runs one batch instead of one call per
     frame; a question still waits at most for the batch being encoded.
 
+    A frame submitted without a pose gets it from ``pose_lookup(stamp_ns)`` when the worker
+    takes it for ingest, not when it was submitted: odometry that arrived while the frame
+    waited in the queue (it usually lags a camera's frame on a busy node) still counts. The
+    lookup runs once per such frame, on the worker thread, just before ``engine.ingest``; a
+    frame dropped from a full queue or by ``reset`` is never looked up. The pose the lookup
+    returns is the one the engine stores with the frame's block.
+
     Invariants: the frame queue never holds more than ``queue_size`` frames
     (the oldest is dropped and counted when a new one arrives); at most
     ``max_pending_jobs`` questions/resets wait; after ``stop()`` returns the
@@ -54,6 +62,7 @@ class ModelWorker:
         max_pending_jobs: int = 4,
         on_ingest_error: Callable[[Exception], None] | None = None,
         max_batch: int = 1,
+        pose_lookup: Callable[[int], Pose | None] | None = None,
     ) -> None:
         if queue_size <= 0 or max_pending_jobs <= 0 or max_batch <= 0:
             raise ValueError("queue_size, max_pending_jobs and max_batch must be > 0")
@@ -66,6 +75,8 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._on_ingest_error = on_ingest_error
+        # stamp_ns -> the robot's pose then, or None (the lookup counts it); must not raise. Set at construction only.
+        self._pose_lookup = pose_lookup
         self.frames_overflowed = 0  # dropped from a full queue; written under _cond
         self.frames_failed = 0  # raised inside the engine; written by the worker thread only
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
@@ -73,7 +84,10 @@ class ModelWorker:
 
     # --- producers (any thread) -------------------------------------------
     def submit_frame(self, frame: Frame) -> bool:
-        """Queue a frame; returns False if an older frame had to be dropped to make room."""
+        """Queue a frame; returns False if an older frame had to be dropped to make room.
+
+        A frame with ``pose`` None gets its pose from ``pose_lookup`` at ingest (class docstring).
+        """
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("worker stopped")
@@ -150,11 +164,23 @@ class ModelWorker:
                         job.future.set_exception(exc)
                 continue
             try:
+                self._resolve_poses(frames)
                 self.engine.ingest(frames)  # all queued frames (up to max_batch) in one vision batch
             except Exception as exc:  # a bad batch must not stop the memory; its frames are counted as failed
                 self.frames_failed += len(frames)
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
+
+    def _resolve_poses(self, frames: list[Frame]) -> None:
+        """Give each frame without a pose the pose at its stamp, as late as possible: right before ingest.
+
+        A lookup that raises breaks its contract; the batch then fails like an engine error (counted, reported).
+        """
+        if self._pose_lookup is None:
+            return
+        for f in frames:
+            if f.pose is None:
+                f.pose = self._pose_lookup(f.stamp_ns)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop after the current job; fail what is still queued."""
