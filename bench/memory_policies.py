@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from videokv_node.memory import EngineStats, GenerationConfig, MemoryConfig, VideoMemoryEngine
+from videokv_node.memory.config import POLICIES
 from videokv_node.models.adapter import KVGeometry
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
@@ -62,14 +63,8 @@ class Case:
     question_stage: str = "none"  # MemoryConfig.question_stage
 
 
-CASES = (
-    Case("full", "full"),
-    Case("rekv", "rekv"),
-    Case("streamkv", "streamkv"),
-    Case("hermes", "hermes"),
-    Case("mukv", "mukv"),
-    Case("rekv+tgvkv", "rekv", "tgvkv"),
-)
+# Every declared policy (memory/config.py's registry, in declaration order), then ReKV under TGV-KV's question stage.
+CASES = (*(Case(name, name) for name in POLICIES), Case("rekv+tgvkv", "rekv", "tgvkv"))
 
 
 @dataclass(frozen=True, slots=True)
