@@ -288,7 +288,7 @@ class AnswerConfig:
     # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
     # each option's text on one cached question context; letter is what instruction-following
     # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
-    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token, softmax; letter: the option letters' logits)", runtime=True, choices=OPTION_SCORINGS)
+    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
     def __post_init__(self) -> None:
         check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)
