@@ -157,7 +157,7 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
     from videokv_node.pose import Pose
     from videokv_node.ros.conversions import pose_to_msg
     from videokv_node.ros.long_replay import fill_result, goal_poses
-    from videokv_node.ros.long_replay_client import FrameArchive
+    from videokv_node.ingest.frame_archive import FrameArchive
     from videokv_node.spava.job import ReplayAnswer, ReplayOutcome
 
     archive = FrameArchive(1 << 20, 90)
