@@ -22,10 +22,21 @@ from videokv_node.ros.launcher import isolated_ros_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS_ENV = ROOT / ".ros2tools" / "env.sh"
-pytestmark = pytest.mark.skipif(
-    not TOOLS_ENV.is_file(),
-    reason=f"no {TOOLS_ENV}: ../shared/ros2tools is absent (scripts/setup_ros2tools.sh assembles the real ros2 CLI from it)",
-)
+SHARED_TOOLS = ROOT.parent / "shared" / "ros2tools" / "setup.sh"
+
+
+def missing_tools() -> str:
+    """Why the real ros2 CLI is not there, and how to get it ('' when it is)."""
+    if TOOLS_ENV.is_file():
+        return ""
+    if not SHARED_TOOLS.is_file():
+        return (f"the real ros2 CLI is not assembled ({TOOLS_ENV} missing) and cannot be: {SHARED_TOOLS} is "
+                "absent (../shared/ros2tools next to the checkout holds the pure-Python launch, launch_ros, ros2cli)")
+    return (f"the real ros2 CLI is not assembled: {TOOLS_ENV} is missing; run `make build` "
+            f"(scripts/setup_ros2tools.sh assembles it from {SHARED_TOOLS.parent})")
+
+
+pytestmark = pytest.mark.skipif(bool(missing_tools()), reason=missing_tools() or "unused")
 
 
 @pytest.fixture(scope="module")

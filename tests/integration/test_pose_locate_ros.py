@@ -167,7 +167,7 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
     from videokv_node.pose import Pose
     from videokv_node.ros.conversions import pose_to_msg
     from videokv_node.ros.long_replay import fill_result, goal_poses
-    from videokv_node.ros.long_replay_client import FrameArchive
+    from videokv_node.ingest.frame_archive import FrameArchive
     from videokv_node.spava.job import ReplayAnswer, ReplayOutcome
 
     archive = FrameArchive(1 << 20, 90)
@@ -190,24 +190,6 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
     goal.frame_poses = goal.frame_poses[:1]  # misaligned: refused with the reason
     with pytest.raises(ValueError, match="1 frame_poses for 2 frames"):
         goal_poses(goal)
-
-
-def test_an_archived_frame_gets_the_pose_resolved_at_ingest():
-    """The worker resolves a frame's pose at ingest, after the camera callback archived it with the pose
-    known then; ``set_pose`` gives every archived copy at that stamp (any camera) the block's pose."""
-    from videokv_node.pose import Pose
-    from videokv_node.ros.long_replay_client import FrameArchive
-
-    archive = FrameArchive(1 << 20, 90)
-    early = Pose.make("odom", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
-    late = Pose.make("odom", (1.0, -2.0, 0.0), (0.0, 0.0, math.sin(0.1), math.cos(0.1)))
-    archive.add("/a", 5 * NS, frame(0), None)
-    archive.add("/b", 5 * NS, frame(1), early)
-    archive.add("/a", 6 * NS, frame(2), early)
-    archive.set_pose(5 * NS, late)
-    archive.set_pose(7 * NS, late)  # no such frame (dropped from the archive): nothing changes
-    assert [(c, s, p) for c, s, _, p in archive.window(0, 0, [], 10)] == [
-        ("/a", 5 * NS, late), ("/b", 5 * NS, late), ("/a", 6 * NS, early)]
 
 
 def test_pose_source_tf_is_refused_with_the_reason_where_tf2_ros_is_missing(monkeypatch):

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_option_scoring import QUESTION, TEXTS, engine_for, reference_model, reference_token_logprobs, tiny_text  # noqa: F401
+from tests.unit.test_option_scoring import QUESTION, engine_for, reference_model, reference_token_logprobs, tiny_text  # noqa: F401
 from videokv_node.memory import Question
 from videokv_node.memory.options import distinct_spans, option_texts
 

@@ -1,8 +1,8 @@
 """The node's side of the Spava long-replay service: a frame archive and the forwarding of questions.
 
 Choice (issue 5, "frames the node sends"): the node keeps the frames it sampled
-into memory in a bounded in-RAM archive, JPEG-compressed (at most ``spava.archive_bytes``,
-oldest dropped first; ``~/memory_stats`` reports its bytes): a 384 px frame is ~20 KB, so the
+into memory in a bounded in-RAM archive (``ingest/frame_archive.py``), JPEG-compressed (at most
+``spava.archive_bytes``, oldest dropped first; ``~/memory_stats`` reports its bytes): a 384 px frame is ~20 KB, so the
 default 40 MiB holds about 2,000 frames, over an hour at 0.5 fps, where their KV would cost
 gigabytes. A cap in bytes, not frames, because a JPEG's size follows the camera's resolution
 and the scene. A question
@@ -17,10 +17,7 @@ If the service is absent the node answers from its own memory and says so in
 from __future__ import annotations
 
 import threading
-from collections import deque
-from dataclasses import dataclass, replace
 
-import numpy as np
 from rclpy.action import ActionClient
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -29,81 +26,12 @@ from sensor_msgs.msg import Image
 from videokv_interfaces.action import LongReplay
 from videokv_interfaces.msg import ReplayQuestion
 
-from videokv_node.ingest.image_decode import decode_compressed_image, encode_compressed_image, encode_raw_image
-from videokv_node.pose import Pose
+from videokv_node.ingest.frame_archive import FrameArchive
+from videokv_node.ingest.image_decode import encode_raw_image
 from videokv_node.ros.conversions import ns_to_time, pose_to_msg, time_to_ns
 from videokv_node.ros.params import SpavaSettings
 
 ABSENT_NOTE = "long-replay service absent: answered from the node's own memory"
-
-
-@dataclass(frozen=True, slots=True)
-class _Archived:
-    camera: str
-    stamp_ns: int
-    jpeg: bytes
-    pose: Pose | None = None  # the robot's pose at the frame (pose_topic), sent with it
-
-
-class FrameArchive:
-    """Sampled frames as JPEG, at most ``capacity_bytes`` of them, oldest dropped first; thread-safe.
-
-    Invariant: ``bytes`` (the JPEGs' sizes summed) never exceeds ``capacity_bytes``; a frame
-    larger than the whole cap is not kept (counted in ``too_large``).
-    """
-
-    def __init__(self, capacity_bytes: int, quality: int) -> None:
-        self.capacity_bytes = capacity_bytes
-        self._frames: deque[_Archived] = deque()
-        self._bytes = 0
-        self.too_large = 0  # frames refused because one JPEG exceeded the whole cap
-        self._quality = quality
-        self._lock = threading.Lock()
-
-    @property
-    def bytes(self) -> int:
-        with self._lock:
-            return self._bytes
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._frames)
-
-    def add(self, camera: str, stamp_ns: int, rgb: np.ndarray, pose: Pose | None = None) -> None:
-        if self.capacity_bytes == 0:
-            return
-        _, data = encode_compressed_image(rgb, "jpeg", self._quality)
-        with self._lock:
-            if len(data) > self.capacity_bytes:
-                self.too_large += 1
-                return
-            while self._bytes + len(data) > self.capacity_bytes:
-                self._bytes -= len(self._frames.popleft().jpeg)
-            self._frames.append(_Archived(camera, stamp_ns, data, pose))
-            self._bytes += len(data)
-
-    def set_pose(self, stamp_ns: int, pose: Pose | None) -> None:
-        """Give the archived frames stamped ``stamp_ns`` (any camera: the robot has one pose at a stamp) ``pose``.
-
-        The model worker resolves a frame's pose at ingest, after the frame was archived; this
-        makes the archived copy carry the pose its block got. A frame already dropped from the
-        archive is not found and nothing changes.
-        """
-        with self._lock:
-            for i in range(len(self._frames) - 1, -1, -1):
-                f = self._frames[i]
-                if f.stamp_ns == stamp_ns and f.pose != pose:
-                    self._frames[i] = replace(f, pose=pose)
-
-    def window(self, since_ns: int, until_ns: int, cameras: list[str], most: int) -> list[tuple[str, int, np.ndarray, Pose | None]]:
-        """(camera, stamp, RGB, pose) of the archived frames in the window, stamp order, evenly thinned to ``most``."""
-        with self._lock:
-            hits = [f for f in self._frames if f.stamp_ns >= since_ns and (not until_ns or f.stamp_ns <= until_ns)
-                    and (not cameras or f.camera in cameras)]
-        hits.sort(key=lambda f: f.stamp_ns)
-        if len(hits) > most:
-            hits = [hits[round(i * (len(hits) - 1) / (most - 1))] for i in range(most)] if most > 1 else hits[-1:]
-        return [(f.camera, f.stamp_ns, decode_compressed_image("rgb8; jpeg compressed bgr8", f.jpeg), f.pose) for f in hits]
 
 
 class LongReplayClient:
