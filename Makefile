@@ -10,12 +10,14 @@
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
 #                       videokv-tiny on visual ones (about 30 minutes)
-#   make bench-snapshots a periodic (incremental) snapshot against a full one, tiny and 0.5B geometry (a few minutes)
+#   make bench-snapshots a periodic (incremental) snapshot against a full one, tiny and 0.5B geometry (10-20 minutes)
 #   make bench-scaling  every policy's ingest and TTFT at 1k vs 10k frames (tiny model) and the engine overhead
 #                       ratio at LLaVA-OneVision-0.5B geometry (FRAMES=2000 for a shorter stream; about 20 minutes)
 #   make bench-spava    Spava prefill on W gloo ranks vs exact attention on one (SPAVA_WORLD=2)
 #   make bench-long     every policy's accuracy and needle recall on long needle streams (SmolLM2 80/160/320
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
+#   make bench-options  videokv-tiny's multiple choice with options worded as planners word them, under the
+#                       node's default memory, objects drawn by OpenCV (about 7 minutes)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles (about 15 minutes)
 #
@@ -35,7 +37,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling clean distclean
+.PHONY: setup build test docs demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -79,6 +81,9 @@ bench-grounding: build
 
 bench-snapshots: build
 	. ./env.sh && python -m bench.snapshots
+
+bench-options: build
+	. ./env.sh && python -m videokv_node.tinyvlm.option_wording --write
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

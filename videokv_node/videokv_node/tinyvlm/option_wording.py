@@ -114,7 +114,7 @@ def report(hits: dict, command: str) -> str:
     lines = [
         "## videokv-tiny: multiple choice as a planner words it (option wording)",
         "",
-        f"Command: `{command}`. Machine: {platform.machine()} CPU, 1 torch thread. Date: "
+        f"Command: `{command}` (`make bench-options`). Machine: {platform.machine()} CPU, 1 torch thread. Date: "
         f"{datetime.date.today().isoformat()}. Method: `tinyvlm/option_wording.py` (module doc): objects drawn by "
         "OpenCV, 6 frames each, the node's default memory, question wordings never trained on. Rows: how the "
         "options were written; columns: right answers by the node's default scoring (`likelihood`, "
