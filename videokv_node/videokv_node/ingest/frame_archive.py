@@ -71,7 +71,7 @@ class FrameArchive:
                 old = self._frames.popleft()
                 self._bytes -= len(old.jpeg)
                 same = self._by_stamp[old.stamp_ns]
-                same.remove(old)  # identity: at most a few frames share a stamp (one per camera)
+                del same[next(i for i, f in enumerate(same) if f is old)]  # by identity; a few share a stamp at most
                 if not same:
                     del self._by_stamp[old.stamp_ns]
             frame = _Archived(camera, stamp_ns, data, pose)

@@ -23,7 +23,7 @@ from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.encoding import EncodeJob
 from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
-from videokv_node.memory.options import distinct_spans, option_texts
+from videokv_node.memory.options import distinct_spans, option_texts, span_means
 from videokv_node.memory.policy import QuestionSelection, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Question, RequestError
 from videokv_node.memory.question_span import question_span
@@ -138,7 +138,7 @@ class AnsweringMixin:
         texts = option_texts(question.options)
         spans = distinct_spans([self.adapter.text_ids(t) for t in texts])
         per_token, chosen = self._continuation_logprobs(open_question, texts, ends=[end for _, end in spans])
-        means = torch.tensor([sum(lp[a:b]) / (b - a) for lp, (a, b) in zip(per_token, spans)], dtype=torch.float64)
+        means = torch.tensor(span_means(per_token, spans), dtype=torch.float64)
         probs = torch.softmax(means, dim=0)
         index = int(torch.argmax(probs))
         if on_token:

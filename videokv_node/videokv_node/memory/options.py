@@ -2,7 +2,7 @@
 
 A planner sends options as it words them: ``["red", "green"]``, ``["A) Red.", "B) Green."]``,
 ``["a red object", "a green object"]``. The answer must not depend on that wording, only on
-what the memory holds. Two rules make it so (docs/POLICIES.md, "Multiple choice"):
+what the memory holds. Two rules make it so (docs/POLICIES.md, "Scoring continuations"):
 
 1. **Labels are not part of the answer** (``option_texts``). When *every* option starts with
    the label of its own place in the list, in one style (``A)``, ``(a)``, ``1.``, ``B:``, ...:
@@ -76,3 +76,8 @@ def distinct_spans(tokens: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     rests = [list(t[start:]) for t in tokens]
     suffix = min(_common_prefix([r[::-1] for r in rests]), shortest - start - 1)
     return [(start, len(t) - suffix) for t in tokens]
+
+
+def span_means(per_token: Sequence[Sequence[float]], spans: Sequence[tuple[int, int]]) -> list[float]:
+    """Each option's mean log-probability over its scored span (``distinct_spans``): the likelihood score."""
+    return [sum(lp[a:b]) / (b - a) for lp, (a, b) in zip(per_token, spans)]

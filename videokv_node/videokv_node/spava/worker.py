@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from videokv_node.memory.options import distinct_spans, option_texts
+from videokv_node.memory.options import distinct_spans, option_texts, span_means
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.spava.attention import use_spava_attention
 from videokv_node.spava.collectives import broadcast_tensor
@@ -141,8 +141,7 @@ class ReplayWorker:
             # tell them apart (memory/options.py distinct_spans); scores = softmax.
             spans = distinct_spans(option_ids)
             per_token = self.runner.score_continuations(logits, a.embed_tokens, [ids[:b] for ids, (_, b) in zip(option_ids, spans)])
-            probs = torch.softmax(torch.tensor([sum(lp[s:b]) / (b - s) for lp, (s, b) in zip(per_token, spans)],
-                                               dtype=torch.float64), dim=0)
+            probs = torch.softmax(torch.tensor(span_means(per_token, spans), dtype=torch.float64), dim=0)
             ans.option_index = int(probs.argmax())
             ans.option_scores = [float(p) for p in probs]
             ans.answer = q.options[ans.option_index]
