@@ -284,3 +284,19 @@ def test_every_launch_argument_is_documented_in_the_readme(launch_description):
     readme = README.read_text()
     missing = [name for name in declared if not re.search(rf"^\| `{name}` \|", readme, re.MULTILINE)]
     assert not missing, f"launch arguments without a row in the README's launch table: {missing}"
+
+
+def test_the_fast_dds_profile_for_large_images_keeps_the_builtin_transports():
+    """config/fastdds_large_images.xml (docs/OPERATIONS.md, "Large raw images") parses, is the default
+    profile, adds a shared-memory segment of at least 4 MiB and keeps the built-in transports (UDP)."""
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    ns = {"f": "http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles"}
+    root = ET.parse(Path(__file__).resolve().parents[2] / "config" / "fastdds_large_images.xml").getroot()
+    shm = [t for t in root.iterfind("f:transport_descriptors/f:transport_descriptor", ns) if t.findtext("f:type", namespaces=ns) == "SHM"]
+    assert len(shm) == 1 and int(shm[0].findtext("f:segment_size", namespaces=ns)) >= 4 << 20
+    participant = root.find("f:participant", ns)
+    assert participant.get("is_default_profile") == "true"
+    assert participant.findtext("f:rtps/f:useBuiltinTransports", namespaces=ns) == "true"
+    assert participant.findtext("f:rtps/f:userTransports/f:transport_id", namespaces=ns) == shm[0].findtext("f:transport_id", namespaces=ns)
