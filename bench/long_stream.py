@@ -28,8 +28,10 @@ for videokv-tiny) are fed to:
 Multiple choice is scored as the node does by default (``answer.option_scoring:
 likelihood``). Per row: accuracy with its 95% Wilson interval, and **needle recall**
 (``eval/recall.py``): the share of questions whose ground-truth needle frames were all
-attended by the answer in some layer, and the mean over questions of the per-layer share
-(how many layers saw the needles). A wrong answer with its needles attended was misread
+attended by the answer in some layer, the mean over questions of the per-layer share
+(how many layers saw the needles), and the mean per-layer share of the needles' *tokens*
+attended (``needle_token_share``: a token-level policy, HERMES or MuKV, can keep a needle
+frame in every layer by one of its tokens, which the frame columns count as kept). A wrong answer with its needles attended was misread
 by the model; without them, lost by the memory. (``full+tgvkv`` attends to the whole stream
 in its prefill and evicts after it, so its recall is that of ``full``: the column says
 nothing about it.)
@@ -57,7 +59,7 @@ from bench.accuracy import OFFLOAD_BYTES, POLICIES, load_model, memory_config, s
 from bench.machine import describe
 from bench.report import load_text, log, table
 from videokv_node.eval.needles import NeedleStream, make_streams
-from videokv_node.eval.recall import needle_recall
+from videokv_node.eval.recall import needle_recall, needle_token_share
 from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import PRESETS
@@ -89,6 +91,7 @@ class Row:
     correct: list[bool] = field(default_factory=list)
     all_needles: list[bool] = field(default_factory=list)  # every needle attended in some layer
     layer_recall: list[float] = field(default_factory=list)  # mean per-layer share of needles attended
+    token_share: list[float] = field(default_factory=list)  # mean per-layer share of the needles' tokens attended
     ttft_s: list[float] = field(default_factory=list)
 
 
@@ -138,6 +141,8 @@ def ask_all(engine: VideoMemoryEngine, stream, row: Row) -> None:
         row.correct.append(answer.option_index == q.answer)
         row.all_needles.append(any_layer == 1.0)
         row.layer_recall.append(layers if layers is not None else any_layer)
+        share = needle_token_share(needles, engine.last_layer_token_share)
+        row.token_share.append(share if share is not None else any_layer)
         row.ttft_s.append(answer.ttft_s)
 
 
@@ -196,7 +201,7 @@ def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies
     merged = results[0]
     for rows in results[1:]:
         for into, row in zip(merged, rows, strict=True):
-            for name in ("correct", "all_needles", "layer_recall", "ttft_s"):
+            for name in ("correct", "all_needles", "layer_recall", "token_share", "ttft_s"):
                 getattr(into, name).extend(getattr(row, name))
     return merged
 
@@ -222,9 +227,11 @@ def render(results: dict[int, list[Row]], info: dict) -> str:
             right_attended = sum(c for c, a in zip(r.correct, r.all_needles) if a)
             body.append([r.label, str(r.frames), f"{k}/{m} = {k / m:.0%} [{lo:.0%}, {hi:.0%}]",
                          f"{sum(r.all_needles)}/{m}", f"{statistics.mean(r.layer_recall):.2f}",
+                         f"{statistics.mean(r.token_share):.2f}",
                          f"{right_attended}/{sum(r.all_needles)}", f"{1e3 * statistics.median(r.ttft_s):.0f}"])
         head = ["row", "frames in context", "accuracy [95% Wilson]", "needles all attended (any layer)",
-                "needle recall, mean share of layers", "right when all attended", "TTFT ms (p50)"]
+                "needle recall, mean share of layers", "needle tokens kept, mean share of layers", "right when all attended",
+                "TTFT ms (p50)"]
         parts.append(f"### {n} frames a stream\n\n{table(head, body)}")
     tables = "\n\n".join(parts)
     return f"""## Results: long streams, accuracy and needle recall ({info['title']})

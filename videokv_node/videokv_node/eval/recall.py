@@ -11,6 +11,11 @@ stream's start, as ``end_time``); the evaluation then reports, per question:
 - ``needle_recall_layers``: the mean over layers of the share of needle frames that layer
   attended to (per-layer retrieval may fetch a needle in some layers only). Known where the
   per-layer choice is visible (the in-process engine); None through the node.
+- ``needle_token_share``: the mean over layers and needle frames of the share of the needle's
+  tokens the layer attended to (``memory/attended.py``). Frame-level policies keep whole
+  frames, so it equals the per-layer recall; a token-level one (HERMES, MuKV) may keep a needle
+  "attended" in every layer by one token of it, which the frame columns count as kept and
+  this one does not. Known where the per-layer choice is visible.
 
 A frame matches a needle stamp within ``TOLERANCE_NS`` (stamps in a question file are given
 in seconds, with a few decimals).
@@ -18,7 +23,7 @@ in seconds, with a few decimals).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 TOLERANCE_NS = 1_000_000  # 1 ms
 
@@ -40,3 +45,17 @@ def needle_recall(needles_ns: Sequence[int], evidence_ns: Iterable[int], layer_e
         return any_layer, None
     per_layer = [_share(needles_ns, layer, tolerance_ns) for layer in layer_evidence_ns]
     return any_layer, sum(per_layer) / len(per_layer)
+
+
+def needle_token_share(needles_ns: Sequence[int], layer_shares: Sequence[Mapping[int, float]] | None,
+                       tolerance_ns: int = TOLERANCE_NS) -> float | None:
+    """Mean over layers, then over needle frames, of the share of the needle's tokens the layer attended
+    to (``layer_shares[layer]``: {frame stamp: share}, ``VideoMemoryEngine.last_layer_token_share``); a needle
+    absent from a layer counts 0 there. None without needles or without per-layer shares."""
+    if not needles_ns or not layer_shares:
+        return None
+    per_layer = []
+    for shares in layer_shares:
+        got = [max((v for s, v in shares.items() if abs(s - n) <= tolerance_ns), default=0.0) for n in needles_ns]
+        per_layer.append(sum(got) / len(got))
+    return sum(per_layer) / len(per_layer)

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from videokv_node.eval.bag_io import BagError, BagImage, ImageBag
 from videokv_node.eval.questions import EvalQuestion, VideoQuestions
 from videokv_node.eval.grounding import in_span, span_recall, spans_ns
-from videokv_node.eval.recall import needle_recall
+from videokv_node.eval.recall import needle_recall, needle_token_share
 from videokv_node.eval.results import QuestionResult, ResultWriter
 from videokv_node.eval.settings import EngineSettings
 from videokv_node.eval.target import AskRefused, BagTarget, EvalTarget, MemoryState, ReplayCounts, Reply
@@ -118,7 +118,8 @@ class EngineTarget:
         except RequestError as exc:
             raise AskRefused(str(exc)) from exc
         return Reply(answer.text, answer.option_index, [e.stamp_ns for e in answer.evidence], answer.ttft_s,
-                     answer.total_s, self.option_scoring if q.choices else "", self.engine.last_layer_stamps)
+                     answer.total_s, self.option_scoring if q.choices else "", self.engine.last_layer_stamps,
+                     self.engine.last_layer_token_share)
 
     def memory(self) -> MemoryState:
         s = self.engine.stats()
@@ -147,7 +148,7 @@ def _option_chooser(method: str):
     def choose(engine, question: Question, q: EvalQuestion) -> Reply:
         c = choose_option(engine, question, list(q.choices), method)
         return Reply(q.choices[c.index], c.index, list(c.evidence_stamps_ns), c.ttft_s, c.total_s, c.method,
-                     engine.last_layer_stamps)
+                     engine.last_layer_stamps, engine.last_layer_token_share)
 
     return choose
 
@@ -193,6 +194,7 @@ def _ask(target: EvalTarget, video_id: str, q: EvalQuestion, writer: ResultWrite
         correct = _normalise(reply.prediction) == _normalise(q.answer)
     needles = [origin_ns + round(s * NS_PER_S) for s in q.evidence_stamps]
     recall, recall_layers = needle_recall(needles, reply.evidence_ns, reply.layer_evidence_ns)
+    token_share = needle_token_share(needles, reply.layer_token_share)
     spans = spans_ns(q.time_spans, q.evidence_stamps, origin_ns)
     writer.add(QuestionResult(
         video_id=video_id, question=q.question, answer=q.answer, prediction=reply.prediction,
@@ -201,7 +203,7 @@ def _ask(target: EvalTarget, video_id: str, q: EvalQuestion, writer: ResultWrite
         tokens_resident=state.tokens_resident, bytes_resident=state.bytes_resident,
         bytes_offloaded=state.bytes_offloaded, evidence_stamps=list(reply.evidence_ns),
         question_type=q.question_type, stream_time_s=q.end_time, method=reply.method,
-        needle_recall=recall, needle_recall_layers=recall_layers,
+        needle_recall=recall, needle_recall_layers=recall_layers, needle_token_share=token_share,
         span_recall=span_recall(reply.evidence_ns, spans), in_span=in_span(reply.evidence_ns, spans),
     ))
 

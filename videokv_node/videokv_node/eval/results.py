@@ -25,7 +25,8 @@ COLUMNS = (
     "video_id", "question", "answer", "prediction", "option_index", "correct", "ttft_s", "total_s",
     "encode_ms_total", "frames_in_memory", "tokens_resident", "bytes_resident", "bytes_offloaded", "evidence_stamps",
 )
-EXTRA_COLUMNS = ("question_type", "stream_time_s", "method", "needle_recall", "needle_recall_layers", "span_recall", "in_span")
+EXTRA_COLUMNS = ("question_type", "stream_time_s", "method", "needle_recall", "needle_recall_layers", "needle_token_share",
+                 "span_recall", "in_span")
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ class QuestionResult:
     method: str = ""  # how options were scored ("likelihood", "letter", "cloze"); "" for open questions
     needle_recall: float | None = None  # share of the ground-truth frames attended in any layer (eval/recall.py); None: no ground truth
     needle_recall_layers: float | None = None  # mean per-layer share; None: no ground truth or per-layer choice unseen
+    needle_token_share: float | None = None  # mean per-layer share of the needles' tokens attended; None as the column above
     span_recall: float | None = None  # share of the ground-truth time spans holding an evidence frame (eval/grounding.py)
     in_span: float | None = None  # share of the evidence frames inside a ground-truth span; None: no spans
 
@@ -60,7 +62,7 @@ class QuestionResult:
         values["correct"] = "" if self.correct is None else str(int(self.correct))
         for key in ("ttft_s", "total_s", "stream_time_s"):
             values[key] = f"{values[key]:.6f}"
-        for key in ("needle_recall", "needle_recall_layers", "span_recall", "in_span"):
+        for key in ("needle_recall", "needle_recall_layers", "needle_token_share", "span_recall", "in_span"):
             values[key] = "" if values[key] is None else f"{values[key]:.4f}"
         values["encode_ms_total"] = f"{self.encode_ms_total:.3f}"
         return [str(values[c]) for c in COLUMNS + EXTRA_COLUMNS]
@@ -228,14 +230,16 @@ class ResultWriter:
 
 def _recall_summary(rows: list[QuestionResult]) -> dict:
     """Over the questions with ground-truth frames: how many had every needle frame attended (any
-    layer), the mean recall, and the mean per-layer recall where known."""
+    layer), the mean recall, and the mean per-layer recall and token share where known."""
     with_gt = [r for r in rows if r.needle_recall is not None]
     layers = [r.needle_recall_layers for r in with_gt if r.needle_recall_layers is not None]
+    tokens = [r.needle_token_share for r in with_gt if r.needle_token_share is not None]
     return {
         "n": len(with_gt),
         "all_needles_attended": sum(r.needle_recall == 1.0 for r in with_gt),
         "mean": sum(r.needle_recall for r in with_gt) / len(with_gt) if with_gt else None,
         "mean_layers": sum(layers) / len(layers) if layers else None,
+        "mean_token_share": sum(tokens) / len(tokens) if tokens else None,
         "right_when_all_attended": sum(bool(r.correct) for r in with_gt if r.needle_recall == 1.0),
     }
 

@@ -39,6 +39,7 @@ class Reply:
     total_s: float
     method: str  # "likelihood", "letter" or "cloze" for multiple choice, "" for open questions
     layer_evidence_ns: list[list[int]] | None = None  # per layer, the frames it attended to; None where unseen (ROS)
+    layer_token_share: list[dict[int, float]] | None = None  # per layer, {frame: share of its tokens attended}; None where unseen
 
 
 @dataclass(slots=True)

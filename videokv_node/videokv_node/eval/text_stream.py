@@ -95,12 +95,12 @@ class TextTarget:
             if q.choices:
                 c = choose_option(self.engine, Question(q.question), list(q.choices), self.method)
                 return Reply(q.choices[c.index], c.index, list(c.evidence_stamps_ns), c.ttft_s, c.total_s, c.method,
-                             self.engine.last_layer_stamps)
+                             self.engine.last_layer_stamps, self.engine.last_layer_token_share)
             answer = self.engine.ask(Question(q.question))
         except RequestError as exc:
             raise AskRefused(str(exc)) from exc
         return Reply(answer.text, -1, [e.stamp_ns for e in answer.evidence], answer.ttft_s, answer.total_s, "",
-                     self.engine.last_layer_stamps)
+                     self.engine.last_layer_stamps, self.engine.last_layer_token_share)
 
     def memory(self) -> MemoryState:
         s = self.engine.stats()

@@ -4,7 +4,8 @@ A mixin of ``VideoMemoryEngine`` (as transformers' ``GenerationMixin`` is of its
 reads the engine's adapter, store, sink, policy and question stage, leaves what memory holds
 as it was (a question may bring StreamKV's cached open segment up to date, as an ingest
 would), and records what the last question attended to (``last_layer_blocks``,
-``last_layer_stamps``, ``last_logits``) for evaluation and debugging. The flow:
+``last_layer_stamps``, ``last_layer_token_share``, ``last_logits``) for evaluation and
+debugging. The flow:
 
     question -> candidates (camera / time filter) -> policy.select
              -> one prefill pass, each layer attending to its own blocks
@@ -18,6 +19,7 @@ import time
 
 import torch
 
+from videokv_node.memory.attended import attended_frames
 from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.config import OPTION_SCORINGS
@@ -234,13 +236,9 @@ class AnsweringMixin:
         with capture.attached(self.adapter.query_modules()):
             logits = self.adapter.forward(self.adapter.embed_tokens(ids), positions, cache, observer=observer)
         self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
-        # Per layer, the frames attended to (evaluation's needle recall, eval/recall.py), read now:
-        # a block may leave memory later, and a question-only block (an open segment) never enters it.
-        # (A block's test is made once, not once per stamp: a summary cites every frame of its segment.)
-        self.last_layer_stamps = [
-            sorted({s for bid in ids if chosen[bid].stamp_ns > 0 or chosen[bid].kind != "summary" for s in chosen[bid].stamps_ns})
-            for ids in self.last_layer_blocks
-        ]
+        # Per layer, the frames attended to and their kept shares (needle recall, eval/recall.py), read now.
+        self.last_layer_token_share = attended_frames(self.last_layer_blocks, chosen)
+        self.last_layer_stamps = [sorted(shares) for shares in self.last_layer_token_share]
         if stage is not None:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         return logits, cache, chosen, next_pos

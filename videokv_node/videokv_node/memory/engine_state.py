@@ -141,4 +141,5 @@ class EngineStateMixin:
                 self._place_resident()
             self._ingest_ms.clear()
             self.last_layer_blocks, self.last_layer_stamps, self._context_len, self.last_logits = [], [], 0, None
+            self.last_layer_token_share = []
             self._stats = self._snapshot()

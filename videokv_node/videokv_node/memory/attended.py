@@ -1,0 +1,36 @@
+"""What a question attended to, per layer: the frames, and how much of each frame.
+
+Read at question time, before the blocks can change: a later compression may drop tokens, an
+evicted block leaves the store, and a question-only block (an open segment) never enters it.
+
+A frame counts as attended in a layer when any of its tokens is in that layer's context; its
+**share** is the part of the tokens it was encoded with that the layer kept. Frame-level
+policies (``full``, ReKV, StreamKV's retrieval) keep whole frames, share 1.0; token-level ones
+keep parts of frames: HERMES compresses each layer token by token, MuKV keeps a share of a
+retrieved block's tokens. Evaluation uses both (``eval/recall.py``): a needle frame of which a
+layer kept one token of 24 is "attended" by frame, and 1/24 by token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from videokv_node.memory.block import FrameBlock
+
+
+def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, FrameBlock]) -> list[dict[int, float]]:
+    """Per layer, {frame stamp: share of that frame's tokens the layer attended to} over the blocks
+    ``layer_blocks[layer]`` (ids into ``chosen``). A block that stands for several frames (a segment)
+    gives each of them its own share; a frame cited by two blocks gets the larger share. The summary
+    token of the distant past (stamp 0, kind "summary") cites no frame."""
+    out = []
+    for layer, ids in enumerate(layer_blocks):
+        shares: dict[int, float] = {}
+        for block in (chosen[i] for i in ids):
+            if block.stamp_ns <= 0 and block.kind == "summary":
+                continue
+            share = block.layer_tokens(layer) / block.n_tokens
+            for stamp in block.stamps_ns:
+                shares[stamp] = max(shares.get(stamp, 0.0), share)
+        out.append(shares)
+    return out
