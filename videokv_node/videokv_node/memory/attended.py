@@ -20,8 +20,9 @@ from videokv_node.memory.block import FrameBlock
 
 def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, FrameBlock]) -> list[dict[int, float]]:
     """Per layer, {frame stamp: share of that frame's tokens the layer attended to} over the blocks
-    ``layer_blocks[layer]`` (ids into ``chosen``). A block that stands for several frames (a segment)
-    gives each of them its own share; a frame cited by two blocks gets the larger share. The summary
+    ``layer_blocks[layer]`` (ids into ``chosen``). A block that stands for several frames (a MuKV or
+    StreamKV segment) gives each of them the block's share: its kept tokens are not attributed to
+    the frames within it. A frame cited by two blocks gets the larger share. The summary
     token of the distant past (stamp 0, kind "summary") cites no frame."""
     out = []
     for layer, ids in enumerate(layer_blocks):
