@@ -4,8 +4,7 @@ A mixin of ``VideoMemoryEngine`` (as transformers' ``GenerationMixin`` is of its
 reads the engine's adapter, store, sink, policy and question stage, leaves what memory holds
 as it was (a question may bring StreamKV's cached open segment up to date, as an ingest
 would), and records what the last question attended to (``last_layer_blocks``,
-``last_layer_stamps``, ``last_layer_token_share``, ``last_logits``) for evaluation and
-debugging. The flow:
+``last_layer_token_share``, ``last_logits``) for evaluation and debugging. The flow:
 
     question -> candidates (camera / time filter) -> policy.select
              -> one prefill pass, each layer attending to its own blocks
@@ -238,7 +237,6 @@ class AnsweringMixin:
         self.last_logits = logits  # the first answer token's logits (parity tests, debugging)
         # Per layer, the frames attended to and their kept shares (needle recall, eval/recall.py), read now.
         self.last_layer_token_share = attended_frames(self.last_layer_blocks, chosen)
-        self.last_layer_stamps = [sorted(shares) for shares in self.last_layer_token_share]
         if stage is not None:
             stage.evict(cache)  # after the prefill, before decoding (TGV-KV)
         return logits, cache, chosen, next_pos
@@ -269,16 +267,20 @@ class AnsweringMixin:
         moments = rank_moments(blocks, values, query.top_k)
         return LocateResult(moments, method, time.perf_counter() - t0)
 
+    @property
+    def last_layer_stamps(self) -> list[list[int]]:
+        """Per layer, the stamps of the frames the last question attended to (from ``last_layer_token_share``)."""
+        return [sorted(shares) for shares in self.last_layer_token_share]
+
     @staticmethod
     def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:
         """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
         each with the robot's pose when it was taken where the frame came with one."""
         cited: dict[tuple[int, str], Pose | None] = {}
         for b in chosen.values():
-            if b.stamp_ns > 0 or b.kind != "summary":
-                for s in b.stamps_ns:
-                    if cited.get((s, b.camera)) is None:
-                        cited[(s, b.camera)] = b.pose_at(s)
+            for s in b.cited_stamps:
+                if cited.get((s, b.camera)) is None:
+                    cited[(s, b.camera)] = b.pose_at(s)
         return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]
 
     def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):

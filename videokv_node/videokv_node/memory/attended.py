@@ -28,10 +28,8 @@ def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, 
     for layer, ids in enumerate(layer_blocks):
         shares: dict[int, float] = {}
         for block in (chosen[i] for i in ids):
-            if block.stamp_ns <= 0 and block.kind == "summary":
-                continue
             share = block.layer_tokens(layer) / block.n_tokens
-            for stamp in block.stamps_ns:
+            for stamp in block.cited_stamps:
                 shares[stamp] = max(shares.get(stamp, 0.0), share)
         out.append(shares)
     return out

@@ -91,6 +91,12 @@ class FrameBlock:
         return int(self.positions.shape[1])
 
     @property
+    def cited_stamps(self) -> tuple[int, ...]:
+        """The frames it stands for as evidence: ``stamps_ns``, none for a summary token with no stamp
+        (HERMES' fold of the distant past)."""
+        return self.stamps_ns if self.stamp_ns > 0 or self.kind != "summary" else ()
+
+    @property
     def order(self) -> tuple[int, int, int]:
         return (self.stamp_ns, self.rank, self.block_id)
 

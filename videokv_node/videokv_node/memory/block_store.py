@@ -285,7 +285,7 @@ class BlockStore:
         self._blocks[block.block_id] = block
         self._tiers[block.tier][block.block_id] = block
         self.index.insert(block)
-        for s in _cited(block):
+        for s in block.cited_stamps:
             if not self._stamps[s]:
                 heapq.heappush(self._stamp_min, s)
                 heapq.heappush(self._stamp_max, -s)
@@ -296,7 +296,7 @@ class BlockStore:
         del self._blocks[block.block_id]
         del self._tiers[block.tier][block.block_id]
         self.index.remove(block)
-        for s in _cited(block):
+        for s in block.cited_stamps:
             self._stamps[s] -= 1
             if not self._stamps[s]:
                 del self._stamps[s]
@@ -323,8 +323,3 @@ class BlockStore:
         for kv in block.layers:
             if kv is not None:
                 self._release_layer(block, kv)
-
-
-def _cited(block: FrameBlock) -> tuple[int, ...]:
-    """The stamps a block stands for in the stats (a summary token with no stamp stands for none)."""
-    return block.stamps_ns if block.stamp_ns > 0 or block.kind != "summary" else ()

@@ -72,7 +72,6 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
-        self.last_layer_stamps: list[list[int]] = []  # per layer, stamps of the frames the last question attended to
         self.last_layer_token_share: list[dict[int, float]] = []  # per layer, {stamp: share of its tokens attended}
         self._context_len = 0  # largest per-layer context (sink included) of the last question
         # Poses of frames by (camera, stamp): filled from Frame.pose at ingest, read when a block is

@@ -140,6 +140,5 @@ class EngineStateMixin:
                 self.resident.clear()
                 self._place_resident()
             self._ingest_ms.clear()
-            self.last_layer_blocks, self.last_layer_stamps, self._context_len, self.last_logits = [], [], 0, None
-            self.last_layer_token_share = []
+            self.last_layer_blocks, self.last_layer_token_share, self._context_len, self.last_logits = [], [], 0, None
             self._stats = self._snapshot()
