@@ -214,12 +214,13 @@ def run_stream(adapter, stream: NeedleStream | VisualNeedleStream, group: list[C
     engine.close()
 
 
-def load_model(model: str):
+def load_model(model: str, device: str = "cpu"):
+    """The named model's adapter on ``device`` (float32 everywhere: the CPU tables' dtype)."""
     if model in VISUAL_MODELS:
         from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 
-        return VideoKVTinyAdapter.load() if model == "videokv-tiny" else VideoKVTinyAdapter.tiny()
-    return TextLMAdapter.smollm2() if model == "smollm2" else TextLMAdapter.tiny()
+        return VideoKVTinyAdapter.load(device=device) if model == "videokv-tiny" else VideoKVTinyAdapter.tiny(device=device)
+    return TextLMAdapter.smollm2(device=device) if model == "smollm2" else TextLMAdapter.tiny(device=device)
 
 
 def measure(streams: list, log, model: str = "smollm2", policies: tuple[str, ...] = POLICIES,

@@ -183,22 +183,22 @@ def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tup
 
 
 def _run_part(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
-              presets: tuple[str, ...]) -> list[Row]:
+              presets: tuple[str, ...], device: str = "cpu") -> list[Row]:
     """One worker's share of a length's streams, in a process of its own (``--workers``)."""
     torch.set_num_threads(THREADS)
-    return run_length(load_model(model), streams, budgets, policies, log, presets)
+    return run_length(load_model(model, device), streams, budgets, policies, log, presets)
 
 
 def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
-                 presets: tuple[str, ...], workers: int) -> list[Row]:
+                 presets: tuple[str, ...], workers: int, device: str = "cpu") -> list[Row]:
     """``run_length`` with the streams dealt round-robin to ``workers`` processes (one torch thread
-    each), the rows merged: every per-question list is the concatenation of the workers' (accuracy,
+    each, each with its own copy of the model on ``device``), the rows merged: every per-question list is the concatenation of the workers' (accuracy,
     recall and the TTFT median do not depend on the order)."""
     import multiprocessing
 
     parts = [streams[i::workers] for i in range(workers) if streams[i::workers]]
     with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
-        results = pool.starmap(_run_part, [(model, part, budgets, policies, presets) for part in parts])
+        results = pool.starmap(_run_part, [(model, part, budgets, policies, presets, device) for part in parts])
     merged = results[0]
     for rows in results[1:]:
         for into, row in zip(merged, rows, strict=True):
@@ -211,6 +211,7 @@ def render(results: dict[int, list[Row]], info: dict) -> str:
     mc = info["machine"]
     header = table(["", ""], [
         ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {THREADS} thread)"],
+        ["device", f"{info['device']} ({mc.gpu}), float32"],
         ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
         ["model", info["model"]],
         ["code", f"git {mc.commit}"],
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="processes sharing a length's streams (one torch thread each; "
                         "TTFT is then measured beside the other workers)")
+    parser.add_argument("--device", default="cpu", help="torch device of the model and its resident KV, e.g. cuda "
+                        "(float32 on any device; every worker holds its own copy)")
     parser.add_argument("--out", default="docs/BENCHMARKS.md", help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
     visual = args.model.startswith("videokv-tiny")
@@ -280,18 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     machine = describe(REPO)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
-    adapter = load_model(args.model) if args.workers == 1 else None
+    adapter = load_model(args.model, args.device) if args.workers == 1 else None
     t0 = time.perf_counter()
     results = {}
     for n in lengths:
         streams = (make_visual_streams if visual else make_streams)(n_streams, n, args.seed)
         if args.workers > 1:
-            results[n] = run_parallel(args.model, streams, budgets, policies, presets, args.workers)
+            results[n] = run_parallel(args.model, streams, budgets, policies, presets, args.workers, args.device)
         else:
             results[n] = run_length(adapter, streams, budgets, policies, log, presets)
     first = results[lengths[0]][0]
     info = dict(machine=machine, command=command, niceness=os.nice(0), seed=args.seed, wall_s=time.perf_counter() - t0,
-                load_end=os.getloadavg(), model=args.model, presets=", ".join(f"`{p}`" for p in presets), streams=n_streams, questions=len(first.correct),
+                load_end=os.getloadavg(), model=args.model, device=args.device, presets=", ".join(f"`{p}`" for p in presets), streams=n_streams, questions=len(first.correct),
                 title="videokv-tiny, visual needles" if visual else "SmolLM2, text needles")
     section = render(results, info)
     if args.out == "-":

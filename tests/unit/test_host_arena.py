@@ -162,3 +162,25 @@ def test_random_store_free_sequences_keep_pages_consistent(page_tokens, n_pages,
         k, v = a.load(pages, n, torch.device("cpu"))
         ref_k, ref_v = kv(n, seed)
         assert torch.equal(k, ref_k) and torch.equal(v, ref_v)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the copy under test is device-to-host")
+def test_round_trip_from_a_cuda_device_is_exact_when_read_at_once():
+    """K/V stored from the GPU and read back at once are the values stored, in each of many pages.
+
+    A non_blocking device-to-host copy returns before its data lands; storing from it let the
+    arena keep pages that were still being written (seen only on a GPU, never on the CPU).
+    Large pages make such a race visible: each store is read back before anything else runs.
+    """
+    geometry = KVGeometry(n_layers=2, n_kv_heads=8, head_dim=128, n_q_heads=8, dtype=torch.float32)
+    page_tokens = 256
+    a = arena(64, page_tokens=page_tokens, geometry=geometry)
+    device = torch.device("cuda")
+    g = torch.Generator(device=device).manual_seed(0)
+    for i in range(16):
+        keys = torch.randn((8, 1000, 128), generator=g, device=device) * (i + 1)
+        values = torch.randn((8, 1000, 128), generator=g, device=device) - i
+        pages = a.store(keys, values)
+        k, v = a.load(pages, 1000, device)
+        assert torch.equal(k, keys) and torch.equal(v, values), f"store {i}: pages differ from what was stored"
+        a.free(pages)

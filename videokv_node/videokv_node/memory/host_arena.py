@@ -61,7 +61,9 @@ class HostKVArena:
         for src, dst in ((keys, self._keys), (values, self._values)):
             src = torch.nn.functional.pad(src, (0, 0, 0, pad)) if pad else src  # (H, n * page, D)
             paged = src.reshape(src.shape[0], n, self.page_tokens, src.shape[2]).transpose(0, 1)  # (n, H, page, D)
-            dst[torch.tensor(pages)] = paged.to("cpu", non_blocking=True)
+            # A blocking copy: a non_blocking device-to-host copy returns before the data has
+            # landed (into pinned memory), and the index_put below would read it unfinished.
+            dst[torch.tensor(pages)] = paged.to("cpu")
         return pages
 
     def load(self, pages: list[int], n_tokens: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

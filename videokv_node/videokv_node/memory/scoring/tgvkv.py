@@ -170,6 +170,9 @@ def text_prioritised_keep(
         raise ValueError(f"budget must be >= 0, got {budget}")
     if s_text.shape != text_idx.shape or s_vis.shape != vis_idx.shape:
         raise ValueError("scores must match their index tensors")
+    # The scores come from the attention on the model's device, the indices may live on the
+    # CPU: rank where the indices are, so neither index tensor is indexed from another device.
+    s_text, s_vis = s_text.to(text_idx.device), s_vis.to(vis_idx.device)
     n_text = text_idx.numel()
     if budget > n_text:
         kept = torch.cat([text_idx, vis_idx[_top_k(s_vis, budget - n_text)]])
