@@ -60,7 +60,7 @@ from bench.accuracy import OFFLOAD_BYTES, POLICIES, load_model, memory_config, s
 from bench.machine import describe
 from bench.report import load_text, log, table
 from videokv_node.eval.needles import NeedleStream, make_streams
-from videokv_node.eval.recall import needle_recall, needle_token_share
+from videokv_node.eval.recall import frames_touched, needle_recall, needle_token_share
 from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import PRESETS
@@ -93,6 +93,7 @@ class Row:
     all_needles: list[bool] = field(default_factory=list)  # every needle attended in some layer
     layer_recall: list[float] = field(default_factory=list)  # mean per-layer share of needles attended
     token_share: list[float] = field(default_factory=list)  # mean per-layer share of the needles' tokens attended
+    touched: list[float] = field(default_factory=list)  # frames with any token attended, mean over layers
     ttft_s: list[float] = field(default_factory=list)
 
 
@@ -144,6 +145,7 @@ def ask_all(engine: VideoMemoryEngine, stream, row: Row) -> None:
         row.layer_recall.append(layers if layers is not None else any_layer)
         share = needle_token_share(needles, engine.last_layer_token_share)
         row.token_share.append(share if share is not None else any_layer)
+        row.touched.append(frames_touched(engine.last_layer_token_share) or 0.0)
         row.ttft_s.append(answer.ttft_s)
 
 
@@ -202,7 +204,7 @@ def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies
     merged = results[0]
     for rows in results[1:]:
         for into, row in zip(merged, rows, strict=True):
-            for name in ("correct", "all_needles", "layer_recall", "token_share", "ttft_s"):
+            for name in ("correct", "all_needles", "layer_recall", "token_share", "touched", "ttft_s"):
                 getattr(into, name).extend(getattr(row, name))
     return merged
 
@@ -229,10 +231,11 @@ def render(results: dict[int, list[Row]], info: dict) -> str:
             right_attended = sum(c for c, a in zip(r.correct, r.all_needles) if a)
             body.append([r.label, str(r.frames), f"{k}/{m} = {k / m:.0%} [{lo:.0%}, {hi:.0%}]",
                          f"{sum(r.all_needles)}/{m}", f"{statistics.mean(r.layer_recall):.2f}",
-                         f"{statistics.mean(r.token_share):.2f}",
+                         f"{statistics.mean(r.token_share):.2f}", f"{statistics.mean(r.touched):.1f}",
                          f"{right_attended}/{sum(r.all_needles)}", f"{1e3 * statistics.median(r.ttft_s):.0f}"])
         head = ["row", "frames in context", "accuracy [95% Wilson]", "needles all attended (any layer)",
-                "needle recall, mean share of layers", "needle tokens kept, mean share of layers", "right when all attended",
+                "needle recall, mean share of layers", "needle tokens kept, mean share of layers",
+                "frames touched per layer (mean)", "right when all attended",
                 "TTFT ms (p50)"]
         parts.append(f"### {n} frames a stream\n\n{table(head, body)}")
     tables = "\n\n".join(parts)

@@ -35,6 +35,7 @@ def test_smoke_run_prints_every_row(capsys):
     assert "needles all attended" in out and "8/8" in out  # full attends every needle
     full = next(line for line in out.splitlines() if line.startswith("| full |")).split("|")[1:-1]
     assert [c.strip() for c in full[3:6]] == ["8/8", "1.00", "1.00"]  # every needle, every layer, every token
+    assert full[6].strip() == "10.0"  # every frame of the 10 touched in every layer
 
 
 def test_paper_cells_keep_their_budget_and_take_the_seeds_mechanisms():

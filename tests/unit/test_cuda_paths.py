@@ -7,7 +7,8 @@ the other (TGV-KV's text-prioritised keep) and an asynchronous device-to-host co
 it landed (the host arena). This test feeds one needle stream to the tiny random text model on
 both devices, under every policy and both presets at a 10% budget, and checks that the answers,
 the frames each answer cites and the frames each layer attended are the same, and the option
-scores agree to float32 rounding. Skipped, with the reason, where torch sees no CUDA device.
+scores agree to float32 rounding; and that ``locate`` ranks the same moments (ReKV's ranking put
+host-held mean keys beside the probe's device queries). Skipped, with the reason, where torch sees no CUDA device.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bench.accuracy import POLICIES, memory_config, stream_frames
 from bench.long_stream import with_preset
 from videokv_node.eval.needles import make_streams
 from videokv_node.memory import GenerationConfig, Question, VideoMemoryEngine
+from videokv_node.memory.locate import LocateQuery
 from videokv_node.models.text_lm import TextLMAdapter
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible to torch)")
@@ -37,6 +39,9 @@ def answers(adapter, stream, policy: str, preset: str) -> list[tuple]:
     for q in stream.questions:
         a = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
         out.append((a.option_index, [e.stamp_ns for e in a.evidence], engine.last_layer_stamps, a.option_scores))
+    # ~/locate too: ReKV ranks by its own mean keys (held on the host) against the probe's queries.
+    found = engine.locate(LocateQuery(stream.questions[0].question, top_k=3))
+    out.append((found.method, [m.stamp_ns for m in found.moments], None, [m.score for m in found.moments]))
     engine.close()
     return out
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from videokv_node.eval.questions import QuestionFileError, parse_questions
-from videokv_node.eval.recall import needle_recall, needle_token_share
+from videokv_node.eval.recall import frames_touched, needle_recall, needle_token_share
 from videokv_node.eval.replay import MemoryState, Reply, _ask
 from videokv_node.eval.results import ResultWriter
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
@@ -37,6 +37,14 @@ def test_token_shares_by_hand():
     assert needle_token_share(needles, shares) == pytest.approx(0.875 / 3)
     assert needle_token_share(needles, [{10 * MS + 1_000_001: 1.0}]) == 0.0  # outside the tolerance
     assert needle_token_share([], shares) is None and needle_token_share(needles, None) is None
+
+
+def test_frames_touched_by_hand():
+    # Layer 0 touches 3 frames (one of them by 1 token of 24), layer 1 touches 1 (a zero share is
+    # not a touch): (3 + 1) / 2.
+    assert frames_touched([{10: 1.0, 20: 1 / 24, 30: 0.5}, {10: 0.0, 20: 1.0}]) == 2.0
+    assert frames_touched([{}, {}]) == 0.0
+    assert frames_touched([]) is None and frames_touched(None) is None
 
 
 def test_question_files_carry_ground_truth_and_refuse_bad_stamps():

@@ -59,3 +59,14 @@ def needle_token_share(needles_ns: Sequence[int], layer_shares: Sequence[Mapping
         got = [max((v for s, v in shares.items() if abs(s - n) <= tolerance_ns), default=0.0) for n in needles_ns]
         per_layer.append(sum(got) / len(got))
     return sum(per_layer) / len(per_layer)
+
+
+def frames_touched(layer_shares: Sequence[Mapping[int, float]] | None) -> float | None:
+    """Mean over layers of the number of frames of which the layer attended at least one token.
+
+    Beside the budget (frames' worth of tokens), this says how a token-level policy spent it: HERMES
+    or MuKV can spread a budget of k frames over many more frames, each kept in part. A frame-level
+    policy touches exactly the frames it keeps. None without per-layer shares."""
+    if not layer_shares:
+        return None
+    return sum(sum(1 for v in shares.values() if v > 0.0) for shares in layer_shares) / len(layer_shares)

@@ -1,10 +1,10 @@
 """How the engine answers: questions (open, multiple choice), continuations and locate, from memory.
 
-A mixin of ``VideoMemoryEngine`` (as transformers' ``GenerationMixin`` is of its models): it
-reads the engine's adapter, store, sink, policy and question stage, leaves what memory holds
-as it was (a question may bring StreamKV's cached open segment up to date, as an ingest
-would), and records what the last question attended to (``last_layer_blocks``,
-``last_layer_token_share``, ``last_logits``) for evaluation and debugging. The flow:
+A mixin of ``VideoMemoryEngine`` (as transformers' ``GenerationMixin`` is of its models): it reads
+the engine's adapter, store, sink, policy and question stage, leaves what memory holds as it was
+(a question may bring StreamKV's cached open segment up to date, as an ingest would), and records
+what the last question attended to (``last_layer_blocks``, ``last_layer_token_share``,
+``last_logits``) for evaluation and debugging; durations wait for the device (``clock.py``). The flow:
 
     question -> candidates (camera / time filter) -> policy.select
              -> one prefill pass, each layer attending to its own blocks
@@ -21,6 +21,7 @@ import torch
 from videokv_node.memory.attended import attended_frames
 from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates
+from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.encoding import EncodeJob
 from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
@@ -59,9 +60,8 @@ class AnsweringMixin:
             raise RequestError(f"max_new_tokens {question.max_new_tokens} exceeds the limit {self.generation.max_new_tokens_limit}")
         ids = self.adapter.question_ids(question.text, question.options if list_options else [])
         if len(ids) > self.config.max_question_tokens:
-            raise RequestError(
-                f"question is {len(ids)} tokens, longer than the limit of {self.config.max_question_tokens} (memory.max_question_tokens)"
-            )
+            raise RequestError(f"question is {len(ids)} tokens, longer than the limit of "
+                               f"{self.config.max_question_tokens} (memory.max_question_tokens)")
         return ids
 
     def candidates(self, question: Question) -> list[FrameBlock]:
@@ -107,7 +107,7 @@ class AnsweringMixin:
         # decoding, has nothing to do there, so it does not even collect attention.
         stage = self.question_stage if not question.options else None
         logits, cache, chosen, next_pos = self._prefill(question, ids, max_new, stage)
-        ttft = time.perf_counter() - t0
+        ttft = elapsed_s(t0, self.adapter.device)
         if question.options:
             letter_ids = self.adapter.option_token_ids(len(question.options))
             probs = torch.softmax(logits[letter_ids], dim=0)
@@ -161,7 +161,7 @@ class AnsweringMixin:
         if question.options:
             raise RequestError("score_continuations takes the options as continuations; question.options must be empty")
         ttft: list[float] = []
-        per_token, chosen = self._continuation_logprobs(question, continuations, lambda: ttft.append(time.perf_counter() - t0))
+        per_token, chosen = self._continuation_logprobs(question, continuations, lambda: ttft.append(elapsed_s(t0, self.adapter.device)))
         return Continuations([sum(lp) for lp in per_token], self._evidence(chosen), ttft[0], time.perf_counter() - t0,
                              self._context_len, [len(lp) for lp in per_token])
 

@@ -43,8 +43,9 @@ class BlockStore:
     def __init__(self, geometry: KVGeometry, device: torch.device, offload_bytes: int, page_tokens: int) -> None:
         self.geometry = geometry
         self.device = device
-        pin = device.type == "cuda"
-        self.arena = HostKVArena(geometry, offload_bytes, page_tokens, pin_memory=pin) if offload_bytes > 0 else None
+        # Pageable, not pinned, on any device: pinning would lock all of offload_bytes in RAM at start (a Jetson
+        # shares it with the GPU) and gain nothing, as stores copy through pageable memory and loads gather first.
+        self.arena = HostKVArena(geometry, offload_bytes, page_tokens) if offload_bytes > 0 else None
         self._blocks: OrderedDict[int, FrameBlock] = OrderedDict()
         self._tiers: dict[Tier, OrderedDict[int, FrameBlock]] = {t: OrderedDict() for t in Tier}  # the same blocks, per tier
         self.index = BlockIndex(geometry, device)

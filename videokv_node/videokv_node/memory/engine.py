@@ -27,6 +27,7 @@ from transformers.cache_utils import DynamicCache
 from videokv_node.memory.answering import AnsweringMixin
 from videokv_node.memory.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
 from videokv_node.memory.encoding import EncodeJob, Unit
 from videokv_node.memory.engine_state import EngineStateMixin
@@ -134,7 +135,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
             return []
         t0 = time.perf_counter()
         feats = self.adapter.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
-        vision_ms = (time.perf_counter() - t0) * 1e3 / len(frames)
+        vision_ms = elapsed_s(t0, self.adapter.device) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
         blocks = []
         for frame in frames:
@@ -150,7 +151,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
             with self._lock:
                 self._enforce_caps()
             self._place_resident()
-            self._ingest_ms.add(vision_ms + (time.perf_counter() - t1) * 1e3)
+            self._ingest_ms.add(vision_ms + elapsed_s(t1, self.adapter.device) * 1e3)
         self._prune_poses()
         self._stats = self._snapshot()
         return blocks

@@ -21,15 +21,15 @@ class HostKVArena:
     at most one block layer; ``capacity_bytes <= offload_bytes`` given at construction.
     """
 
-    def __init__(self, geometry: KVGeometry, offload_bytes: int, page_tokens: int, pin_memory: bool = False) -> None:
+    def __init__(self, geometry: KVGeometry, offload_bytes: int, page_tokens: int) -> None:
         self.geometry = geometry
         self.page_tokens = page_tokens
         self.page_bytes = page_tokens * geometry.bytes_per_token // geometry.n_layers
         self.n_pages = offload_bytes // self.page_bytes
         shape = (self.n_pages, geometry.n_kv_heads, page_tokens, geometry.head_dim)
         # torch.empty: the OS commits pages only when written, so a large cap costs nothing until used.
-        self._keys = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)  # (P, H, page, D)
-        self._values = torch.empty(shape, dtype=geometry.dtype, pin_memory=pin_memory)
+        self._keys = torch.empty(shape, dtype=geometry.dtype)  # (P, H, page, D)
+        self._values = torch.empty(shape, dtype=geometry.dtype)
         self._free: list[int] = list(range(self.n_pages - 1, -1, -1))  # a stack: lowest pages first, then the last freed
 
     @property

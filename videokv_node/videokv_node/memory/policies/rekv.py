@@ -91,7 +91,7 @@ class ReKVPolicy(MemoryPolicy):
         if not candidates:
             return None
         q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
-        key_means = torch.stack([b.key_mean for b in candidates])  # (N, L, H_kv, D)
+        key_means = torch.stack([b.key_mean for b in candidates]).to(q.device)  # (N, L, H_kv, D); kept on the host
         scores = layer_scores(q, key_means)  # (N, L)
         if self.config.rekv.selection == "shared":  # the ranking a question retrieves by
             absent = torch.tensor([[layer is None for layer in b.layers] for b in candidates], device=scores.device)
