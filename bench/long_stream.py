@@ -31,7 +31,10 @@ likelihood``). Per row: accuracy with its 95% Wilson interval, and **needle reca
 attended by the answer in some layer, the mean over questions of the per-layer share
 (how many layers saw the needles), and the mean per-layer share of the needles' *tokens*
 attended (``needle_token_share``: a token-level policy, HERMES or MuKV, can keep a needle
-frame in every layer by one of its tokens, which the frame columns count as kept). A wrong
+frame in every layer by one of its tokens, which the frame columns count as kept), and how many
+frames each layer touched (``frames_touched``: any of their tokens attended, mean over layers;
+a frame-level policy touches the frames it keeps, a token-level one can spread its budget over
+many more, each in part). A wrong
 answer with its needles attended (whole: read the token column too) was misread by the model;
 without them, lost by the memory. (``full+tgvkv`` attends to the whole stream
 in its prefill and evicts after it, so its recall is that of ``full``: the column says

@@ -196,7 +196,7 @@ class VideoKVMixin:
         self.get_logger().info(
             f"inactive: memory parked on host disk ({info.blocks} blocks, {info.bytes} bytes in {self._parked}); freed "
             f"KV resident on {device} {stats.bytes_resident} -> 0 bytes, host arena {stats.bytes_offloaded} -> 0 bytes used "
-            f"(of {stats.budget_offload_bytes} -> 0 reserved; pinned, so committed, on CUDA)"
+            f"(of {stats.budget_offload_bytes} -> 0 reserved)"
             + "".join(f", {k} {before[k]} -> {after[k]}" for k in sorted(before.keys() & after.keys()) if k != "device_memory")
         )
 
