@@ -197,8 +197,8 @@ def _run_part(model: str, streams: list, budgets: tuple[float, ...], policies: t
 def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
                  presets: tuple[str, ...], workers: int, device: str = "cpu") -> list[Row]:
     """``run_length`` with the streams dealt round-robin to ``workers`` processes (one torch thread
-    each, each with its own copy of the model on ``device``), the rows merged: every per-question list is the concatenation of the workers' (accuracy,
-    recall and the TTFT median do not depend on the order)."""
+    and one copy of the model on ``device`` each), the rows merged: every per-question list is the
+    concatenation of the workers' (accuracy, recall and the TTFT median do not depend on the order)."""
     import multiprocessing
 
     parts = [streams[i::workers] for i in range(workers) if streams[i::workers]]
