@@ -111,6 +111,22 @@ def test_cuda_without_cuda():
         load_adapter("tiny", device="cuda:0")
 
 
+def test_a_cuda_device_becomes_the_current_one_and_a_missing_index_is_refused(monkeypatch):
+    """Checked with torch.cuda's answers replaced (no GPU here): cuda:1 of 2 is made current, cuda:2 refused."""
+    from videokv_node.models.factory import use_device
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda dev: current.append(str(dev)))
+    use_device(torch.device("cpu"))
+    assert current == []
+    use_device(torch.device("cuda:1"))
+    assert current == ["cuda:1"]
+    with pytest.raises(ModelLoadError, match="'cuda:2' requested but only 2 CUDA device"):
+        use_device(torch.device("cuda:2"))
+    assert current == ["cuda:1"]
+
+
 def test_device_that_is_not_a_device():
     with pytest.raises(ModelLoadError, match="not a torch device"):
         load_adapter("tiny", device="gpu-please")

@@ -21,7 +21,7 @@ class NodeSettings:
 
     lifecycle: bool = param(False, "start as a managed (lifecycle) node: unconfigured until configure, working only while active")  # read before the node is made
     model: str = param("videokv-tiny", "'tiny' or 'tiny-qwen2.5-vl' (seeded random weights, no files), 'videokv-tiny' (self-trained, weights from installed wheels), or a local LLaVA-OneVision / Qwen2.5-VL checkpoint directory")
-    device: str = param("auto", "auto (first CUDA device, else CPU), cpu or cuda:N")
+    device: str = param("auto", "auto (first CUDA device, else CPU), cpu or cuda:N (made the current CUDA device)")
     dtype: str = param("auto", "auto (bf16/fp16 on GPU, fp32 on CPU), float32, float16 or bfloat16")
     seed: int = param(0, "seed of the tiny model's random weights", zero_ok=True)
     torch_threads: int = param(0, "intra-op CPU threads for torch; 0 = torch's default (all cores); limit it on a shared robot CPU", zero_ok=True)

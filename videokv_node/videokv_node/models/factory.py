@@ -50,6 +50,19 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+def use_device(dev: torch.device) -> None:
+    """Make a CUDA ``dev`` the process's current CUDA device; refuse a ``cuda:N`` that is not there.
+
+    TensorRT deserialises and runs its engine on the current device, and torch's current stream is
+    the current device's: left at cuda:0, a model on cuda:1 would have its vision engine on another
+    GPU than its inputs. Nothing to do on the CPU."""
+    if dev.type != "cuda":
+        return
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ModelLoadError(f"device {str(dev)!r} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    torch.cuda.set_device(dev)
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``auto`` -> bfloat16 on GPUs that support it, float16 on other GPUs, float32 on the CPU."""
     if dtype == "auto":
@@ -75,6 +88,7 @@ def load_adapter(
     with it: neither could read the other's frames, and a clear error at start beats one per frame.
     """
     dev = resolve_device(device)
+    use_device(dev)
     torch_dtype = resolve_dtype(dtype, dev)  # validated even for tiny, so a bad setting fails in CI too
     if text_frames != (model in TEXT_MODELS):
         if text_frames:
