@@ -10,16 +10,21 @@ policy at budget ``--budget`` (share of the stream's frames in a question's cont
 settings of bench/accuracy.py's ``memory_config``) and ``full`` (the whole stream) ingest the
 stream, then for every question:
 
-- ``engine.locate(question text, top_k 3)``: recall@1 and @3 of the needle spans
-  (eval/grounding.py), the distance in seconds of the top moment from the nearest span, and
-  its latency (request to ranking, in the engine; what ``~/locate`` adds over it is a service
-  round trip);
+- ``engine.locate(top_k 3)`` with two queries: the **question** text, and the question's
+  **subject** phrased as a planner asks for a thing ("the red circle", "the number 7", "the red
+  key"; ``NeedleQuestion.subject``, where the question has one), each ranked twice: by the first
+  ranking alone (``answer.locate_rerank`` 0) and re-ranked by likelihood (the node's default,
+  ``answer.locate_rerank`` 8; ``memory/locate.py``). Per cell recall@1 and @3 of the needle spans
+  (eval/grounding.py); for the default (re-ranked) subject query also the distance in seconds of
+  the top moment from the nearest span; latencies of both (request to ranking, in the engine; what
+  ``~/locate`` adds over it is a service round trip);
 - ``engine.ask`` (multiple choice by likelihood, the node's default): its TTFT, and the
   evidence's span recall and share of evidence frames inside the span.
 
-Locate needs one forward over the query (retrieval: the query after the prompt; attention:
-the query over the question's context), ask one prefill per option continuation, hence the
-latency ratio. Results go between the markers in docs/BENCHMARKS.md.
+Locate's first ranking needs one forward over the query (retrieval: the query after the prompt;
+attention: the query over the question's context), the re-ranking one more short forward per
+shortlisted frame; ask one prefill per option continuation, hence the latency ratios. Results go
+between the markers in docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from videokv_node.eval.needles import make_streams
 from videokv_node.eval.visual_needles import make_visual_streams
 from videokv_node.memory import GenerationConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import POLICIES as DECLARED_POLICIES
+from videokv_node.memory.config import AnswerConfig
 from videokv_node.memory.locate import LocateQuery
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +58,9 @@ END = "<!-- bench:grounding:end -->"
 POLICIES = (*DECLARED_POLICIES, "rekv+shared")  # every declared policy (rekv: per layer), then rekv+shared (bench/accuracy.py)
 MODELS = ("videokv-tiny", "smollm2")
 TOP_K = 3
+RERANK = AnswerConfig().locate_rerank  # the node's default
+QUERIES = ("question", "subject")
+STAGES = ("first", "reranked")  # answer.locate_rerank 0, then the default
 THREADS = 1  # see bench/accuracy.py
 
 
@@ -59,12 +68,13 @@ THREADS = 1  # see bench/accuracy.py
 class Row:
     label: str
     frames: int  # frames of tokens a question attends to
-    r1: list[float] = field(default_factory=list)
-    r3: list[float] = field(default_factory=list)
-    dist: list[float] = field(default_factory=list)  # top moment's distance from the span, s
+    # (query kind, stage) -> per query, recall@1 and recall@3 of the needle spans
+    r1: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    r3: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    dist: list[float] = field(default_factory=list)  # re-ranked subject query's top moment from the span, s
     ev_recall: list[float] = field(default_factory=list)
     ev_in: list[float] = field(default_factory=list)
-    locate_s: list[float] = field(default_factory=list)
+    locate_s: dict[str, list[float]] = field(default_factory=dict)  # stage -> latencies (both query kinds)
     ttft_s: list[float] = field(default_factory=list)
     method: str = ""
 
@@ -87,14 +97,20 @@ def run_model(model: str, n_streams: int, n_frames: int, budget: float, policies
             row = rows[p]
             for q in stream.questions:
                 spans = spans_ns([], q.evidence_stamps)
-                found = engine.locate(LocateQuery(q.question, top_k=TOP_K))
-                ranked = [m.stamp_ns for m in found.moments]
-                row.method = found.method
-                row.r1.append(recall_at_k(ranked, spans, 1))
-                row.r3.append(recall_at_k(ranked, spans, TOP_K))
-                if ranked:
-                    row.dist.append(distance_s(ranked[0], spans))
-                row.locate_s.append(found.latency_s)
+                for kind, text in (("question", q.question), ("subject", q.subject)):
+                    if not text:
+                        continue
+                    for stage, rerank in (("first", 0), ("reranked", RERANK)):
+                        engine.generation = GenerationConfig(answer=AnswerConfig(locate_rerank=rerank))
+                        found = engine.locate(LocateQuery(text, top_k=TOP_K))
+                        ranked = [m.stamp_ns for m in found.moments]
+                        row.r1.setdefault((kind, stage), []).append(recall_at_k(ranked, spans, 1))
+                        row.r3.setdefault((kind, stage), []).append(recall_at_k(ranked, spans, TOP_K))
+                        row.locate_s.setdefault(stage, []).append(found.latency_s)
+                        row.method = found.method
+                        if (kind, stage) == ("subject", "reranked") and ranked:
+                            row.dist.append(distance_s(ranked[0], spans))
+                engine.generation = GenerationConfig()
                 answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
                 evidence = [e.stamp_ns for e in answer.evidence]
                 row.ev_recall.append(span_recall(evidence, spans))
@@ -117,19 +133,28 @@ def render(results: dict[str, list[Row]], info: dict) -> str:
         ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(info['load_end'])} at end"],
     ])
     parts = []
-    head = ["row", "frames in context", "locate method", "locate recall@1", f"recall@{TOP_K}",
-            "top-1 distance from span, s (mean)", "evidence span recall", "evidence in span",
-            "locate ms (p50)", "ask TTFT ms (p50)", "TTFT / locate"]
+    head = ["row", "frames in context", "locate method (re-ranked)",
+            "question: recall@1 first / re-ranked", f"question: recall@{TOP_K} first / re-ranked",
+            "subject: recall@1 first / re-ranked", f"subject: recall@{TOP_K} first / re-ranked",
+            "subject re-ranked: top-1 distance from span, s (mean)", "evidence span recall", "evidence in span",
+            "locate ms (p50) first / re-ranked", "ask TTFT ms (p50)", "TTFT / locate re-ranked"]
+
+    def pair(cells: dict, kind: str) -> str:
+        return " / ".join(f"{statistics.mean(cells[(kind, st)]):.2f}" if cells.get((kind, st)) else "n/a" for st in STAGES)
+
     for model, rows in results.items():
         body = []
         for r in rows:
-            loc, ttft = statistics.median(r.locate_s), statistics.median(r.ttft_s)
-            body.append([r.label, str(r.frames), r.method, f"{statistics.mean(r.r1):.2f}", f"{statistics.mean(r.r3):.2f}",
+            first, reranked = (statistics.median(r.locate_s[st]) for st in STAGES)
+            ttft = statistics.median(r.ttft_s)
+            body.append([r.label, str(r.frames), r.method, pair(r.r1, "question"), pair(r.r3, "question"),
+                         pair(r.r1, "subject"), pair(r.r3, "subject"),
                          f"{statistics.mean(r.dist):.1f}" if r.dist else "n/a", f"{statistics.mean(r.ev_recall):.2f}",
-                         f"{statistics.mean(r.ev_in):.2f}", f"{1e3 * loc:.0f}", f"{1e3 * ttft:.0f}", f"{ttft / loc:.1f}"])
-        n = len(rows[0].r1)
-        parts.append(f"### {model}: {info['streams']} streams of {info['frames']} frames, {n} questions a row\n\n"
-                     f"{table(head, body)}")
+                         f"{statistics.mean(r.ev_in):.2f}", f"{1e3 * first:.0f} / {1e3 * reranked:.0f}",
+                         f"{1e3 * ttft:.0f}", f"{ttft / reranked:.1f}"])
+        n, m = len(rows[0].r1[("question", "first")]), len(rows[0].r1.get(("subject", "first"), []))
+        parts.append(f"### {model}: {info['streams']} streams of {info['frames']} frames, {n} questions a row "
+                     f"({m} with a subject)\n\n{table(head, body)}")
     tables = "\n\n".join(parts)
     return f"""## Results: temporal grounding and `~/locate` latency
 
@@ -137,7 +162,11 @@ Generated by the command below; regenerate rather than edit. Method: `bench/grou
 
 {header}
 
-Ground truth: each question's needle frame(s) as spans of zero length. Budget: {info['budget']:.0%} of the
+Ground truth: each question's needle frame(s) as spans of zero length. Locate queries: the question's text,
+and its subject as a planner names a thing (visual: "the <colour> <shape>", "the number <digit>"; text: "the
+<object>" or "the <place>"; order questions have none), each ranked by the first ranking alone
+(`answer.locate_rerank: 0`) and re-ranked by likelihood (`answer.locate_rerank: {info['rerank']}`, the default),
+top {TOP_K}. Budget: {info['budget']:.0%} of the
 stream's frames in a question's context (bench/accuracy.py's robot settings). Frames are
 {info['period']} s apart, so a distance of one frame period is one frame off. Locate latency and TTFT are
 measured in the engine in the same run (TTFT of a multiple-choice question scored by likelihood:
@@ -168,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = {m: run_model(m, args.streams, args.frames, args.budget, policies, args.seed, log) for m in models}
     info = dict(machine=machine, command=command, niceness=os.nice(0), seed=args.seed, wall_s=time.perf_counter() - t0,
-                load_end=os.getloadavg(), streams=args.streams, frames=args.frames, budget=args.budget, period=2.0)
+                load_end=os.getloadavg(), streams=args.streams, frames=args.frames, budget=args.budget, period=2.0, rerank=RERANK)
     section = render(results, info)
     if args.out == "-":
         print(section)

@@ -116,7 +116,8 @@ def test_frames_get_the_pose_at_their_stamp_and_locate_ranks_them_over_dds(ros):
 
         loc = client.locate("a red box", top_k=3)
         assert loc.success, loc.message
-        assert loc.method == "retrieval" and len(loc.stamps) == len(loc.poses) == len(loc.scores) == 3
+        assert loc.method == "retrieval+likelihood"  # re-ranked by default (answer.locate_rerank)
+        assert len(loc.stamps) == len(loc.poses) == len(loc.scores) == 3
         assert list(loc.scores) == sorted(loc.scores, reverse=True) and loc.latency_s > 0
         by_stamp = {s: p for s, p in zip(got, resp.evidence_poses)}
         for t, pose, cam in zip(loc.stamps, loc.poses, loc.cameras):

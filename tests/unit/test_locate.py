@@ -15,20 +15,26 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
-from tests.unit.helpers import random_frames, stream_positions
+from tests.unit.helpers import plain_forward, random_frames, stream_positions
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
-from videokv_node.memory.config import ReKVConfig
-from videokv_node.memory.locate import LocateQuery, rank_moments
+from videokv_node.config_base import ConfigError
+from videokv_node.memory.config import AnswerConfig, ReKVConfig
+from videokv_node.memory.locate import LocateQuery, Moment, rank_moments, rerank_by_likelihood, subject_of
 from videokv_node.pose import Pose, yaw_quaternion
 
 ATOL = 1e-9
 QUERY = "a red ball"
 
 
-def make_engine(adapter, policy: str, **kw) -> VideoMemoryEngine:
+def make_engine(adapter, policy: str, rerank: int = 0, **kw) -> VideoMemoryEngine:
+    """``rerank``: answer.locate_rerank (0 here, the first ranking alone, unless a test asks for it)."""
     cfg = dict(policy=policy, budget_tokens=100_000, local_window_tokens=50_000, offload_bytes=1 << 20, retrieve_frames=2)
     cfg.update(kw)
-    return VideoMemoryEngine(adapter, MemoryConfig(**cfg), GenerationConfig(max_new_tokens=2))
+    return VideoMemoryEngine(adapter, MemoryConfig(**cfg), generation(rerank))
+
+
+def generation(rerank: int, prompt: str = "Describe the image.") -> GenerationConfig:
+    return GenerationConfig(max_new_tokens=2, answer=AnswerConfig(locate_rerank=rerank, locate_prompt=prompt))
 
 
 def posed(frames: list[Frame]) -> list[Frame]:
@@ -59,15 +65,16 @@ def capture_queries(adapter, ids_before: list[int], ids: list[int], embeds_betwe
     return q, cache, positions[:, -n:]
 
 
-def count_forwards(monkeypatch, adapter) -> list[tuple[int, int, bool]]:
-    """Record every decoder forward from now on: (input tokens, cache length before it, observed), where
-    observed means an attention observer was attached (locate's question prefill measures attention mass)."""
-    calls: list[tuple[int, int, bool]] = []
+def count_forwards(monkeypatch, adapter) -> list[tuple[int, int, bool, int]]:
+    """Record every decoder forward from now on: (input tokens, cache length before it, observed, logits
+    read), where observed means an attention observer was attached (locate's question prefill measures
+    attention mass) and logits read is how many positions' logits were asked for (re-ranking: the query's)."""
+    calls: list[tuple[int, int, bool, int]] = []
     real = adapter.forward
 
-    def counted(embeds, positions, cache, logits=True, observer=None):
-        calls.append((embeds.shape[1], cache.get_seq_length(), observer is not None))
-        return real(embeds, positions, cache, logits=logits, observer=observer)
+    def counted(embeds, positions, cache, logits=True, observer=None, n_logits=1):
+        calls.append((embeds.shape[1], cache.get_seq_length(), observer is not None, n_logits))
+        return real(embeds, positions, cache, logits=logits, observer=observer, n_logits=n_logits)
 
     monkeypatch.setattr(adapter, "forward", counted)
     return calls
@@ -75,10 +82,12 @@ def count_forwards(monkeypatch, adapter) -> list[tuple[int, int, bool]]:
 
 def forward_kinds(calls, engine, adapter, text: str) -> list[str]:
     """Name each recorded forward: ``prefill`` (the question prefill, observed), ``probe`` (the text's
-    tokens alone after the prompt sink: ``VideoMemoryEngine.probe``) or ``encode`` (frames)."""
+    tokens alone after the prompt sink: ``VideoMemoryEngine.probe``), ``rerank`` (the query's logits read:
+    likelihood re-ranking) or ``encode`` (frames)."""
     probe_len = len(adapter.text_ids(text))
-    return ["prefill" if observed else "probe" if (n, cached) == (probe_len, engine.sink.n_tokens) else "encode"
-            for n, cached, observed in calls]
+    return ["prefill" if observed else "rerank" if n_logits == probe_len > 1 else
+            "probe" if (n, cached) == (probe_len, engine.sink.n_tokens) else "encode"
+            for n, cached, observed, n_logits in calls]
 
 
 def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monkeypatch):
@@ -193,7 +202,7 @@ def test_every_policy_locates_within_the_window_with_one_prefill(tiny_adapter, m
     result = e.locate(LocateQuery(QUERY, top_k=3, since_ns=window[0], until_ns=window[1]))
     kinds = forward_kinds(calls, e, a, QUERY)
     assert kinds == forwards, calls
-    tokens = {k: [n for (n, _, _), kind in zip(calls, kinds) if kind == k] for k in ("prefill", "encode")}
+    tokens = {k: [n for (n, _, _, _), kind in zip(calls, kinds) if kind == k] for k in ("prefill", "encode")}
     assert tokens["prefill"] == [len(a.question_ids(QUERY, []))] * kinds.count("prefill")  # the query, as an open question
     assert tokens["encode"] == ([len(pending) * a.tokens_per_frame] if "encode" in kinds else [])  # those frames only
     assert result.method == ("retrieval" if policy == "rekv" else "attention") and 1 <= len(result.moments) <= 3
@@ -233,3 +242,134 @@ def test_rank_moments_keeps_each_frames_best_score_and_skips_stampless_summaries
     assert [(m.stamp_ns, m.camera, m.score) for m in moments] == [(3, "c", 0.5), (2, "c", 0.5), (2, "d", 0.5), (1, "c", 0.5)]
     assert moments[1].pose == p  # the segment's best score, the frame block's pose
     assert len(rank_moments(blocks, [0.5, 0.1, 9.0, 0.5], top_k=2)) == 2
+
+
+# --- likelihood re-ranking (answer.locate_rerank) ---------------------------------------------------
+
+def frame_alone_logprob(a, frames: list[Frame], i: int, prompt: str, text: str) -> float:
+    """The reference: frame ``i``'s K/V as the stream left them (one plain forward over [prompt, frames
+    0..i]: every frame attends to all before it, as with make_engine's window), moved right after the
+    prompt by re-rotating its keys, then ``prompt`` asked and ``text`` fed token by token, each token's
+    log-probability read from the previous step's last logits; their mean."""
+    S, T = len(a.prefix_ids()), a.tokens_per_frame
+    _, stream = plain_forward(a, frames[:i + 1], [])
+    old = stream_positions(a, S, i + 1, 0)[:, S + i * T:]
+    new = stream_positions(a, S, 1, 0)[:, S:]
+    delta = new - old
+    layers = []
+    for layer in stream.layers:
+        k, v = layer.keys[0], layer.values[0]  # (H, S + (i+1) T, D)
+        moved = a.rotate_keys(k[:, S + i * T:], delta if delta.shape[0] > 1 else delta[0])
+        layers.append((torch.cat([k[:, :S], moved], dim=1)[None], torch.cat([v[:, :S], v[:, S + i * T:]], dim=1)[None]))
+    cache = DynamicCache(ddp_cache_data=layers)
+    ids, cont = a.question_ids(prompt, []), a.text_ids(text)
+    pos = stream_positions(a, S, 1, len(ids))[:, S + T:]
+    logits = a.forward(a.embed_tokens(ids), pos, cache)
+    nxt = int(pos.max()) + 1
+    lps = []
+    for j, token in enumerate(cont):
+        lps.append(float(torch.log_softmax(logits.double(), dim=0)[token]))
+        if j + 1 < len(cont):
+            logits = a.forward(a.embed_tokens([token]), a.text_positions(nxt, 1), cache)
+            nxt += 1
+    return sum(lps) / len(lps)
+
+
+def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tiny_adapter64, monkeypatch):
+    """The first ranking's best N moments, each re-scored by the mean log-probability of the query's tokens
+    as the answer to the prompt asked about that frame alone (hand-built cache, token-by-token reference),
+    sorted by it; top_k of them returned; one forward per shortlisted frame, reading the query's logits."""
+    a = tiny_adapter64
+    frames = posed(random_frames(6, seed=7))
+    e = make_engine(a, "rekv", rekv=ReKVConfig(selection="layer"))
+    for f in frames:
+        e.ingest([f])
+    first = e.locate(LocateQuery(QUERY, top_k=4))  # the first ranking (rerank 0), tested above
+    stamps = [f.stamp_ns for f in frames]
+    expected = {m.stamp_ns: frame_alone_logprob(a, frames, stamps.index(m.stamp_ns), "What is shown?", QUERY)
+                for m in first.moments}
+    e.reconfigure(e.config, generation(4, "What is shown?"))
+    calls = count_forwards(monkeypatch, a)
+    result = e.locate(LocateQuery(QUERY, top_k=3))
+    assert result.method == "retrieval+likelihood"
+    assert [m.stamp_ns for m in result.moments] == sorted(expected, key=lambda s: -expected[s])[:3]
+    for m in result.moments:
+        assert abs(m.score - expected[m.stamp_ns]) < ATOL and m.score < 0
+        assert m.pose == frames[stamps.index(m.stamp_ns)].pose
+    kinds = forward_kinds(calls, e, a, QUERY)
+    assert kinds == ["probe"] + ["rerank"] * 4
+    n_feed = len(a.question_ids("What is shown?", [])) + len(a.text_ids(QUERY)) - 1
+    assert all((n, cached) == (n_feed, e.sink.n_tokens + a.tokens_per_frame) for n, cached, _, _ in calls[1:])
+
+
+@pytest.mark.parametrize("policy", ["streamkv", "hermes", "mukv", "full"])
+def test_every_policy_reranks_its_shortlist_one_forward_per_block(tiny_adapter, monkeypatch, policy):
+    """Any first ranking (attention here) is re-ranked: one re-ranking forward per distinct block behind the
+    shortlist, each over the prompt sink and at most that block's tokens; the scores are log-probabilities."""
+    a = tiny_adapter
+    frames = posed(random_frames(8, seed=2))
+    e = make_engine(a, policy, rerank=3)
+    for f in frames:
+        e.ingest([f])
+    calls = count_forwards(monkeypatch, a)
+    result = e.locate(LocateQuery(QUERY, top_k=2))
+    kinds = forward_kinds(calls, e, a, QUERY)
+    assert result.method == "attention+likelihood" and len(result.moments) == 2
+    reranks = [c for c, k in zip(calls, kinds) if k == "rerank"]
+    assert kinds[-len(reranks):] == ["rerank"] * len(reranks) and 1 <= len(reranks) <= 3
+    limit = e.sink.n_tokens + max(b.n_tokens for b in e.store.blocks())
+    assert all(e.sink.n_tokens < cached <= limit for _, cached, _, _ in reranks)
+    scores = [m.score for m in result.moments]
+    assert scores == sorted(scores, reverse=True) and all(s <= 0 for s in scores)
+
+
+def test_rerank_by_likelihood_scores_each_block_once_and_keeps_ties_in_order():
+    seg = type("B", (), {"block_id": 7})()  # a block citing two frames (a segment)
+    one = type("B", (), {"block_id": 3})()
+    moments = [Moment(30, "cam", 0.9), Moment(10, "cam", 0.8), Moment(20, "cam", 0.7), Moment(40, "cam", 0.1)]
+    sources = {(30, "cam"): seg, (10, "cam"): one, (20, "cam"): seg, (40, "cam"): one}
+    asked = []
+
+    def scores_of(blocks):
+        asked.append([b.block_id for b in blocks])
+        return [-1.0 if b.block_id == 7 else -2.0 for b in blocks]
+
+    got = rerank_by_likelihood(moments, sources, scores_of, top_k=3)
+    assert asked == [[7, 3]]  # each block once, in shortlist order
+    assert [(m.stamp_ns, m.score) for m in got] == [(30, -1.0), (20, -1.0), (10, -2.0)]  # ties: the order given
+
+
+def test_rerank_settings_are_checked():
+    with pytest.raises(ConfigError, match="locate_rerank"):
+        AnswerConfig(locate_rerank=-1)
+    with pytest.raises(ConfigError, match="locate_prompt"):
+        AnswerConfig(locate_prompt="  ")
+    assert AnswerConfig().locate_rerank == 8  # on by default
+
+
+@pytest.mark.parametrize("query, subject", [
+    ("Where did you last see the red toolbox?", "the red toolbox"),
+    ("where is the blue circle?", "the blue circle"),
+    ("When did you first spot the number 7?", "the number 7"),
+    ("Have you seen my keys recently?", "my keys"),
+    ("Could you please find a person", "a person"),
+    ("Show me the red key.", "the red key"),
+    ("  the blue circle  ", "the blue circle"),  # a thing already: as given
+    ("What colour is the shape?", "What colour is the shape?"),  # not a where/when/find request: as given
+    ("Where is it?", "it"),
+    ("where?", "where?"),  # nothing would be left: as given
+    ("Findings of the day", "Findings of the day"),  # a word that starts like a request is not one
+])
+def test_subject_of_strips_the_request_around_the_thing(query, subject):
+    assert subject_of(query) == subject
+
+
+def test_rerank_scores_a_questions_subject(tiny_adapter, monkeypatch):
+    """"Where did you last see a red ball?" is re-ranked exactly as "a red ball" (same scores, same order)."""
+    frames = random_frames(5, seed=9)
+    e = make_engine(tiny_adapter, "full", rerank=5)
+    for f in frames:
+        e.ingest([f])
+    thing = e.locate(LocateQuery(QUERY, top_k=5))
+    asked = e.locate(LocateQuery(f"Where did you last see {QUERY}?", top_k=5))
+    assert {m.stamp_ns: m.score for m in asked.moments} == {m.stamp_ns: m.score for m in thing.moments}

@@ -42,6 +42,16 @@ def test_every_question_has_one_answer_stated_early_in_the_stream(seed):
         assert any(c in sightings[1 - seen] for c in order.choices)  # the other sighting is a choice: order, not presence
     container_frame, room_frame = (texts[s] for s in stream.questions[5].evidence_stamps)
     assert "inside the" in container_frame and "is in the" in room_frame
+    # The subject (~/locate's query for the question) names what its first evidence frame states, and no
+    # distractor (a container is named by two needles: the object in it, it in a room); order questions have none.
+    for q in stream.questions:
+        if q.question_type == "order":
+            assert q.subject == ""
+            continue
+        thing = q.subject.removeprefix("the ")
+        assert q.subject.startswith("the ") and thing in q.question and thing in texts[q.evidence_stamps[0]]
+        naming = [s for s, t in texts.items() if thing in t]
+        assert q.evidence_stamps[0] in naming and len(naming) <= 2 and max(naming) <= stream.duration / 2
 
 
 def test_distractors_never_name_a_needle_word():

@@ -32,9 +32,11 @@ def test_each_answer_is_in_exactly_one_early_frame_and_every_other_frame_is_empt
         right = q.choices[q.answer]
         if q.question_type == "digit":
             assert needle.digit == right
+            assert q.subject == f"the number {needle.digit}"  # ~/locate's query for the needle frame
         else:
             shape = needle.shapes[0]
             assert right == {"colour": shape.colour, "shape": shape.shape, "position": shape.column}[q.question_type]
+            assert q.subject == f"the {shape.colour} {shape.shape}"
 
 
 def test_empty_frames_are_the_background_alone():

@@ -67,6 +67,10 @@ class NeedleQuestion:
     answer: int  # index of the right choice
     question_type: str  # single_fact, two_facts or order
     evidence_stamps: tuple[float, ...]  # stamps (s) of the frames the answer needs
+    # What the question is about as a planner would ask ``~/locate`` for it ("the red key"), found in
+    # the first of its evidence frames; empty where no one thing is (order questions). Not in the
+    # annotation file (bench/grounding.py reads it from the stream).
+    subject: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +152,13 @@ def make_stream(video_id: str, n_frames: int, rng: random.Random, period_s: floa
     questions = []
     for i in (0, 1):
         choices, answer = _choices(rng, places[i], PLACES, exclude=(places[1 - i],))
-        questions.append(NeedleQuestion(f"Where was the {objs[i]} left?", choices, answer, "single_fact", (at[i],)))
+        questions.append(NeedleQuestion(f"Where was the {objs[i]} left?", choices, answer, "single_fact", (at[i],), f"the {objs[i]}"))
         # The same fact asked the other way round: its object among objects never in the stream.
         choices, answer = _choices(rng, objs[i], OBJECTS, exclude=tuple(o for o in objs if o != objs[i]))
-        questions.append(NeedleQuestion(f"What was left in the {places[i]}?", choices, answer, "single_fact", (at[i],)))
+        questions.append(NeedleQuestion(f"What was left in the {places[i]}?", choices, answer, "single_fact", (at[i],), f"the {places[i]}"))
     choices, answer = _choices(rng, room, ROOMS)
-    questions.append(NeedleQuestion(f"In which room is the {container}?", choices, answer, "single_fact", (at[3],)))
-    questions.append(NeedleQuestion(f"In which room is the {objs[2]}?", choices, answer, "two_facts", (at[2], at[3])))
+    questions.append(NeedleQuestion(f"In which room is the {container}?", choices, answer, "single_fact", (at[3],), f"the {container}"))
+    questions.append(NeedleQuestion(f"In which room is the {objs[2]}?", choices, answer, "two_facts", (at[2], at[3]), f"the {objs[2]}"))
     sightings = (at[4], at[5])
     for which, right, other in (("first", first, second), ("last", second, first)):
         choices, answer = _choices(rng, right, ANIMALS, exclude=(other,))

@@ -44,13 +44,14 @@ class VisualNeedleStream:
         return [(stamp, render(scene)) for stamp, scene in self.frames]
 
 
-def _question(rng: np.random.Generator, text: str, answer: str, pool: tuple[str, ...], qtype: str, stamp: float) -> NeedleQuestion:
+def _question(rng: np.random.Generator, text: str, answer: str, pool: tuple[str, ...], qtype: str, stamp: float,
+              subject: str) -> NeedleQuestion:
     """Up to 4 options drawn from ``pool`` (all of it when it has 4 or fewer), the answer among them, shuffled."""
     others = [p for p in pool if p != answer]
     others = [others[i] for i in rng.permutation(len(others))[:3]]
     choices = [answer, *others]
     choices = [choices[i] for i in rng.permutation(len(choices))]
-    return NeedleQuestion(text, tuple(choices), choices.index(answer), qtype, (stamp,))
+    return NeedleQuestion(text, tuple(choices), choices.index(answer), qtype, (stamp,), subject)
 
 
 def make_visual_stream(video_id: str, n_frames: int, rng: np.random.Generator, period_s: float = 2.0,
@@ -67,11 +68,12 @@ def make_visual_stream(video_id: str, n_frames: int, rng: np.random.Generator, p
         scene = Scene((shape,), seed=seed) if i == shape_at else Scene(digit=digit, seed=seed) if i == digit_at else Scene(seed=seed)
         frames.append((i * period_s, scene))
     s_stamp, d_stamp = shape_at * period_s, digit_at * period_s
+    thing, number = f"the {shape.colour} {shape.shape}", f"the number {digit}"  # ~/locate's queries (subject)
     questions = (
-        _question(rng, "What colour is the shape?", shape.colour, tuple(COLOURS), "colour", s_stamp),
-        _question(rng, "What shape is it?", shape.shape, SHAPES, "shape", s_stamp),
-        _question(rng, "Where is the shape?", shape.column, tuple(COLUMNS), "position", s_stamp),
-        _question(rng, "What number is written?", digit, tuple(DIGITS), "digit", d_stamp),
+        _question(rng, "What colour is the shape?", shape.colour, tuple(COLOURS), "colour", s_stamp, thing),
+        _question(rng, "What shape is it?", shape.shape, SHAPES, "shape", s_stamp, thing),
+        _question(rng, "Where is the shape?", shape.column, tuple(COLUMNS), "position", s_stamp, thing),
+        _question(rng, "What number is written?", digit, tuple(DIGITS), "digit", d_stamp, number),
     )
     return VisualNeedleStream(video_id, tuple(frames), questions)
 

@@ -24,7 +24,7 @@ from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.encoding import EncodeJob
-from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, rank_moments
+from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments, rerank_by_likelihood
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
 from videokv_node.memory.policy import QuestionSelection, present_in
 from videokv_node.memory.question import Answer, Continuations, Evidence, Question, RequestError
@@ -243,13 +243,11 @@ class AnsweringMixin:
 
     @torch.inference_mode()
     def locate(self, query: LocateQuery) -> LocateResult:
-        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``); no text generated.
-
-        Ranked by the policy's retrieval scores where it has them, else by one question prefill's
-        attention mass. Refuses (RequestError, nothing changed) an empty query, ``top_k`` < 1, a bad
-        time window, a query longer than ``memory.max_question_tokens``, or no frames to rank.
-        """
-        t0 = time.perf_counter()
+        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``), no text generated:
+        the policy's retrieval scores, else one question prefill's attention mass; then (``answer.locate_rerank``
+        > 0) the best re-ranked by the query's likelihood about each alone. Refuses (RequestError, nothing
+        changed) an empty query, top_k < 1, a bad window, too long a query, or no frames to rank."""
+        t0, answer = time.perf_counter(), self.generation.answer
         if query.top_k < 1:
             raise RequestError(f"top_k must be at least 1, got {query.top_k}")
         question = Question(query.text, cameras=list(query.cameras), since_ns=query.since_ns, until_ns=query.until_ns)
@@ -259,13 +257,15 @@ class AnsweringMixin:
         if scores is not None:
             blocks, values, method = candidates, scores.tolist(), "retrieval"
         else:
-            mass = AttentionMass()
-            _, _, chosen, _ = self._prefill(question, ids, 1, mass)
+            _, _, chosen, _ = self._prefill(question, ids, 1, mass := AttentionMass())
             per_block = block_masses(mass, self.last_layer_blocks, chosen, self.sink.n_tokens)
-            blocks = [chosen[bid] for bid in per_block]
-            values, method = list(per_block.values()), "attention"
-        moments = rank_moments(blocks, values, query.top_k)
-        return LocateResult(moments, method, time.perf_counter() - t0)
+            blocks, values, method = [chosen[bid] for bid in per_block], list(per_block.values()), "attention"
+        moments = rank_moments(blocks, values, max(query.top_k, answer.locate_rerank), sources := {})
+        if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/locate.py)
+            moments = rerank_by_likelihood(moments, sources, lambda bs: likelihood_scores(
+                self.adapter, self.store, self.sink, self.policy, bs, answer.locate_prompt, query.text), query.top_k)
+            method += "+likelihood"
+        return LocateResult(moments, method, elapsed_s(t0, self.adapter.device))
 
     @property
     def last_layer_stamps(self) -> list[list[int]]:

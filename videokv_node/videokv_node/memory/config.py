@@ -290,8 +290,17 @@ class AnswerConfig:
     # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
     option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
+    # ~/locate's second ranking (memory/locate.py, "Likelihood re-ranking"): the model reads each of the
+    # first ranking's best frames alone; 0 keeps the first ranking (one probe or prefill, no more).
+    locate_rerank: int = param(8, "~/locate: the first ranking's best max(N, top_k) frames re-ranked by the likelihood of the query as the model's answer to answer.locate_prompt about each frame alone (one short decoder pass per frame); 0: off", runtime=True, zero_ok=True)
+    locate_prompt: str = param("Describe the image.", "~/locate re-ranking: the open question each shortlisted frame is asked, the query text scored as its answer", runtime=True)
+
     def __post_init__(self) -> None:
         check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)
+        if self.locate_rerank < 0:
+            raise ConfigError(f"answer.locate_rerank must be >= 0 (0: off), got {self.locate_rerank}")
+        if not self.locate_prompt.strip():
+            raise ConfigError("answer.locate_prompt must not be empty")
 
 
 @dataclass(slots=True)

@@ -32,21 +32,40 @@ a policy that selects by a probe of the text (StreamKV, MuKV) probes it before t
 so the query's tokens pass the decoder twice there (tests/unit/test_locate.py counts them).
 A block citing several frames (a segment, a merged frame) gives each of them its
 score; a frame cited by several blocks (MuKV's frame and segment) keeps its best.
+
+**Likelihood re-ranking** (``answer.locate_rerank`` N > 0, the default 8; not in any seed):
+the best max(N, top_k) moments of the ranking above are scored again, each by the block it
+got its score from, **alone**: the prompt sink, that block's kept tokens (placed as a question
+would place them) and ``answer.locate_prompt`` ("Describe the image.") asked as an open
+question, then the query's subject fed as the answer (``subject_of``: "Where did you last see the red
+toolbox?" is scored as "the red toolbox"; any other query as given); the score is the mean
+log-probability per token of those tokens (natural log, <= 0), the moments sorted by it (ties: the first
+ranking's order) and the method named ``<first>+likelihood``. Why: neither ranking above reads
+what a frame shows. ReKV's mean key and a prefill's attention mass are dominated by what all
+frames share, so on videokv-tiny's needle frames they rank the same frames first for any query
+(docs/BENCHMARKS.md, grounding); the model's own reading of one frame, asked to describe it,
+gives the query's words a likelihood that does depend on the frame (generative retrieval by
+query likelihood). Cost: one decoder forward of the prompt and query tokens per shortlisted
+moment over a context of one frame, no decoding; it grows with N, not with the memory. The
+shortlist still comes from the first ranking, so a frame it ranks below N is never re-scored.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.policy import present_in
+from videokv_node.memory.retrieval_cache import placed_cache
 from videokv_node.models.attention import attention_probs
 from videokv_node.pose import Pose
 
-METHODS = ("retrieval", "attention")
+METHODS = ("retrieval", "attention")  # the first ranking; "<method>+likelihood" when re-ranked
 
 
 @dataclass(slots=True)
@@ -128,9 +147,11 @@ def block_masses(mass: AttentionMass, layer_blocks: Sequence[Sequence[int]], blo
     return {bid: total / n_layers for bid, total in totals.items()}
 
 
-def rank_moments(blocks: Sequence[FrameBlock], scores: Sequence[float], top_k: int) -> list[Moment]:
+def rank_moments(blocks: Sequence[FrameBlock], scores: Sequence[float], top_k: int,
+                 sources: dict[tuple[int, str], FrameBlock] | None = None) -> list[Moment]:
     """One moment per (stamp, camera) cited by ``blocks``, scored by its best block, best first
-    (ties: the newer first), at most ``top_k``. A summary token with no stamp cites none."""
+    (ties: the newer first), at most ``top_k``. A summary token with no stamp cites none.
+    ``sources``, if given, is filled with the block each moment got its score from."""
     best: dict[tuple[int, str], Moment] = {}
     for block, score in zip(blocks, scores, strict=True):
         if block.kind == "summary" and block.stamp_ns <= 0:
@@ -140,7 +161,71 @@ def rank_moments(blocks: Sequence[FrameBlock], scores: Sequence[float], top_k: i
             m = best.get(key)
             if m is None or score > m.score:
                 best[key] = Moment(s, block.camera, float(score), block.pose_at(s) or (m.pose if m else None))
+                if sources is not None:
+                    sources[key] = block
             elif m.pose is None:
                 m.pose = block.pose_at(s)
     ranked = sorted(best.values(), key=lambda m: (-m.score, -m.stamp_ns, m.camera))
     return ranked[:top_k]
+
+
+# A planner's question about where or when something was seen, and the request words around a thing:
+# what the re-ranking strips to score the thing itself as a frame's description (``subject_of``).
+_ASKING = re.compile(
+    r"^(?:(?:can|could|would) you\s+)?(?:please\s+)?"
+    r"(?:(?:where|when)\s+(?:did|have|had|do)\s+(?:you|we|i)\s+(?:last\s+|first\s+|ever\s+)?(?:see|seen|saw|spot|spotted|notice|noticed|find|found|observe|observed)"
+    r"|(?:where|when)\s+(?:was|were|is|are)(?=\s)"
+    r"|(?:did|have|had)\s+(?:you|we|i)\s+(?:ever\s+)?(?:see|seen|saw|spot|spotted|notice|noticed)"
+    r"|(?:find|locate|show\s+me|look\s+for|search\s+for)(?=\s))\s+",
+    re.IGNORECASE,
+)
+_TRAILING = re.compile(r"(?:\s+(?:last|lately|recently|before|earlier|today|please))*\s*[?.!]*\s*$", re.IGNORECASE)
+
+
+def subject_of(text: str) -> str:
+    """The thing a locate query asks for, as a frame's description would name it: "Where did you last see
+    the red toolbox?" -> "the red toolbox"; "find a person" -> "a person". A query that is not a where/when/
+    have-you-seen/find request, or that would be left empty, is returned stripped and otherwise as given
+    ("What colour is the shape?", "the blue circle"). Why: the re-ranking scores the query as the model's
+    description of a frame, and a frame is described by what it shows, not by the question asked of it."""
+    text = text.strip()
+    asked = _ASKING.match(text)
+    if asked is None:
+        return text
+    thing = _TRAILING.sub("", text[asked.end():])
+    return thing if thing else text
+
+
+@torch.inference_mode()
+def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock], prompt: str, text: str) -> list[float]:
+    """Per block, the mean log-probability per token (natural log) of the query ``text``'s subject
+    (``subject_of``) as the answer to the open question ``prompt`` asked over the prompt sink and that
+    block alone (its kept tokens in each layer, placed by ``policy.layout`` as for a question): one decoder
+    forward of the prompt and the subject's tokens per block, the cache dropped after it. Memory is not
+    changed."""
+    cont = adapter.text_ids(subject_of(text))
+    feed = adapter.question_ids(prompt, []) + cont[:-1]  # the last token's successor is never needed
+    embeds = adapter.embed_tokens(feed)
+    out = []
+    for block in blocks:
+        per_layer = present_in([block], adapter.geometry.n_layers)
+        targets, next_pos = policy.layout(sink.n_tokens, per_layer)
+        cache = placed_cache(adapter, store, sink, per_layer, targets)
+        logits = adapter.forward(embeds, adapter.text_positions(next_pos, len(feed)), cache, n_logits=len(cont))
+        logp = torch.log_softmax(logits.reshape(len(cont), -1).double(), dim=-1)
+        out.append(float(logp[torch.arange(len(cont)), torch.tensor(cont)].mean()))
+    return out
+
+
+def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], FrameBlock],
+                         scores_of, top_k: int) -> list[Moment]:
+    """``moments`` (best first) re-scored by ``scores_of(blocks)`` of the block each got its score from
+    (each block scored once), best first (ties: the order given), at most ``top_k``."""
+    blocks: dict[int, FrameBlock] = {}
+    for m in moments:
+        b = sources[(m.stamp_ns, m.camera)]
+        blocks.setdefault(b.block_id, b)
+    by_id = dict(zip(blocks, scores_of(list(blocks.values())), strict=True))
+    rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose) for m in moments]
+    order = sorted(range(len(rescored)), key=lambda i: (-rescored[i].score, i))
+    return [rescored[i] for i in order[:top_k]]

@@ -126,10 +126,13 @@ class VideoLLMAdapter(ABC):
         cache: Cache,
         logits: bool = True,
         observer: AttentionObserver | None = None,
+        n_logits: int = 1,
     ) -> torch.Tensor | None:
         """Run the decoder on (1, n, hidden) ``embeds`` at ``positions`` ((P, n) or (n,)), appending to ``cache``.
 
-        Returns the last token's logits (vocab,) in float32, or None if ``logits`` is False.
+        Returns the last token's logits (vocab,) in float32, or None if ``logits`` is False; with
+        ``n_logits`` > 1, the last ``n_logits`` tokens' logits (n_logits, vocab), in order (a
+        continuation scored in one pass: ``~/locate``'s likelihood re-ranking).
         ``observer`` sees every layer's post-RoPE queries and keys (``models/attention.py``).
         """
 

@@ -164,6 +164,7 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
         cache: Cache,
         logits: bool = True,
         observer: AttentionObserver | None = None,
+        n_logits: int = 1,
     ) -> torch.Tensor | None:
         positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
         out = self._lm(
@@ -173,14 +174,18 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
             use_cache=True,
             videokv_observer=observer,
         )
-        return self._last_logits(out) if logits else None
+        return self._last_logits(out, n_logits) if logits else None
 
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         return rotate_keys(keys, delta if delta.dim() == 1 else delta[0], self._inv_freq)
 
-    def _last_logits(self, out) -> torch.Tensor:
-        """(vocab,) logits of the last token, float32 (float64 for a float64 model, for parity tests)."""
-        logits = self.model.lm_head(out.last_hidden_state[:, -1])[0]
+    def _last_logits(self, out, n: int = 1) -> torch.Tensor:
+        """(vocab,) logits of the last token, or (n, vocab) of the last ``n`` when ``n`` > 1; float32
+        (float64 for a float64 model, for parity tests)."""
+        if n < 1:
+            raise ValueError(f"n_logits must be >= 1, got {n}")
+        hidden = out.last_hidden_state[:, -1] if n == 1 else out.last_hidden_state[:, -n:]
+        logits = self.model.lm_head(hidden)[0]
         return logits if logits.dtype == torch.float64 else logits.float()
 
     def query_modules(self) -> list[torch.nn.Module]:

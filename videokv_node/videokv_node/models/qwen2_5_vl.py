@@ -274,6 +274,7 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
         cache: Cache,
         logits: bool = True,
         observer: AttentionObserver | None = None,
+        n_logits: int = 1,
     ) -> torch.Tensor | None:
         n = embeds.shape[1]
         if positions.dim() == 1:
@@ -287,7 +288,7 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
             use_cache=True,
             videokv_observer=observer,
         )
-        return self._last_logits(out) if logits else None
+        return self._last_logits(out, n_logits) if logits else None
 
     def rotate_keys(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         if delta.dim() == 1:
