@@ -275,13 +275,16 @@ def frame_alone_logprob(a, frames: list[Frame], i: int, prompt: str, text: str) 
     return sum(lps) / len(lps)
 
 
-def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tiny_adapter64, monkeypatch):
+@pytest.mark.parametrize("policy, first_forwards", [("rekv", ["probe"]), ("full", ["prefill"])])
+def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tiny_adapter64, monkeypatch, policy,
+                                                                             first_forwards):
     """The first ranking's best N moments, each re-scored by the mean log-probability of the query's tokens
     as the answer to the prompt asked about that frame alone (hand-built cache, token-by-token reference),
-    sorted by it; top_k of them returned; one forward per shortlisted frame, reading the query's logits."""
+    sorted by it; top_k of them returned; one forward per shortlisted frame, reading the query's logits.
+    ``full`` keeps its frames in a resident cache of its own: the re-ranking reads the blocks, not that."""
     a = tiny_adapter64
     frames = posed(random_frames(6, seed=7))
-    e = make_engine(a, "rekv", rekv=ReKVConfig(selection="layer"))
+    e = make_engine(a, policy, rekv=ReKVConfig(selection="layer"))
     for f in frames:
         e.ingest([f])
     first = e.locate(LocateQuery(QUERY, top_k=4))  # the first ranking (rerank 0), tested above
@@ -291,13 +294,13 @@ def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tin
     e.reconfigure(e.config, generation(4, "What is shown?"))
     calls = count_forwards(monkeypatch, a)
     result = e.locate(LocateQuery(QUERY, top_k=3))
-    assert result.method == "retrieval+likelihood"
+    assert result.method == ("retrieval" if policy == "rekv" else "attention") + "+likelihood"
     assert [m.stamp_ns for m in result.moments] == sorted(expected, key=lambda s: -expected[s])[:3]
     for m in result.moments:
         assert abs(m.score - expected[m.stamp_ns]) < ATOL and m.score < 0
         assert m.pose == frames[stamps.index(m.stamp_ns)].pose
     kinds = forward_kinds(calls, e, a, QUERY)
-    assert kinds == ["probe"] + ["rerank"] * 4
+    assert kinds == first_forwards + ["rerank"] * 4
     n_feed = len(a.question_ids("What is shown?", [])) + len(a.text_ids(QUERY)) - 1
     assert all((n, cached) == (n_feed, e.sink.n_tokens + a.tokens_per_frame) for n, cached, _, _ in calls[1:])
 

@@ -213,7 +213,8 @@ def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock]
         cache = placed_cache(adapter, store, sink, per_layer, targets)
         logits = adapter.forward(embeds, adapter.text_positions(next_pos, len(feed)), cache, n_logits=len(cont))
         logp = torch.log_softmax(logits.reshape(len(cont), -1).double(), dim=-1)
-        out.append(float(logp[torch.arange(len(cont)), torch.tensor(cont)].mean()))
+        rows = torch.arange(len(cont), device=logp.device)  # indices where the logits are (a GPU's)
+        out.append(float(logp[rows, torch.tensor(cont, device=logp.device)].mean()))
     return out
 
 
