@@ -59,7 +59,6 @@ POLICIES = (*DECLARED_POLICIES, "rekv+shared")  # every declared policy (rekv: p
 MODELS = ("videokv-tiny", "smollm2")
 TOP_K = 3
 RERANK = AnswerConfig().locate_rerank  # the node's default
-QUERIES = ("question", "subject")
 STAGES = ("first", "reranked")  # answer.locate_rerank 0, then the default
 THREADS = 1  # see bench/accuracy.py
 
