@@ -376,3 +376,26 @@ def test_rerank_scores_a_questions_subject(tiny_adapter, monkeypatch):
     thing = e.locate(LocateQuery(QUERY, top_k=5))
     asked = e.locate(LocateQuery(f"Where did you last see {QUERY}?", top_k=5))
     assert {m.stamp_ns: m.score for m in asked.moments} == {m.stamp_ns: m.score for m in thing.moments}
+
+
+@pytest.mark.parametrize("fixture", ["tiny_adapter", "tiny_qwen"])
+def test_forward_n_logits_equals_feeding_the_tokens_one_by_one(request, fixture):
+    """The adapters' ``n_logits``: the last n positions' logits of one pass, as n passes of one token each
+    would give them (1-D RoPE and mRoPE)."""
+    a = request.getfixturevalue(fixture)
+    ids = a.question_ids("What is shown?", []) + a.text_ids(QUERY)
+    sink = a.prefix_ids()
+    start = len(sink)
+    one = DynamicCache()
+    a.forward(a.embed_tokens(sink), a.text_positions(0, start), one, logits=False)
+    many = DynamicCache()
+    a.forward(a.embed_tokens(sink), a.text_positions(0, start), many, logits=False)
+    n = 4
+    together = a.forward(a.embed_tokens(ids), a.text_positions(start, len(ids)), many, n_logits=n)
+    head = ids[:-n + 1]
+    rows = [a.forward(a.embed_tokens(head), a.text_positions(start, len(head)), one)]
+    for i, token in enumerate(ids[len(head):]):
+        rows.append(a.forward(a.embed_tokens([token]), a.text_positions(start + len(head) + i, 1), one))
+    assert together.shape == (n, rows[0].shape[0])
+    torch.testing.assert_close(together, torch.stack(rows[:n]), rtol=1e-4, atol=1e-4)
+    assert a.forward(a.embed_tokens([ids[0]]), a.text_positions(start + len(ids), 1), many, n_logits=1).dim() == 1
