@@ -27,7 +27,7 @@ Two rankings, chosen by the policy (``MemoryPolicy.locate_scores``):
   prompt sink and the query itself. Frames outside the policy's question context get
   no score and are not returned (fewer than ``top_k`` moments then).
 
-Either way one question prefill at most, and no decoding: retrieval runs the probe only;
+Either way one question prefill at most (before any re-ranking, below), and no decoding: retrieval runs the probe only;
 a policy that selects by a probe of the text (StreamKV, MuKV) probes it before the prefill,
 so the query's tokens pass the decoder twice there (tests/unit/test_locate.py counts them).
 A block citing several frames (a segment, a merged frame) gives each of them its

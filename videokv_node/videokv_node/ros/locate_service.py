@@ -3,7 +3,8 @@
 The request is checked here (empty query, top_k 0 or above ``locate_max_k``) and by the
 engine (time window, query length, frames to rank); a refusal is success=false with
 the reason and changes nothing. The ranking runs on the model worker like a question
-(``VideoMemoryEngine.locate``: one question prefill at most, no decoding).
+(``VideoMemoryEngine.locate``: one question prefill at most, then by default one short pass per
+shortlisted frame to re-rank them; no decoding).
 """
 
 from __future__ import annotations
