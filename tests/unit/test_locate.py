@@ -33,7 +33,7 @@ def make_engine(adapter, policy: str, rerank: int = 0, **kw) -> VideoMemoryEngin
     return VideoMemoryEngine(adapter, MemoryConfig(**cfg), generation(rerank))
 
 
-def generation(rerank: int, prompt: str = "Describe the image.") -> GenerationConfig:
+def generation(rerank: int, prompt: str = "What is in the image?") -> GenerationConfig:
     return GenerationConfig(max_new_tokens=2, answer=AnswerConfig(locate_rerank=rerank, locate_prompt=prompt))
 
 

@@ -36,7 +36,7 @@ score; a frame cited by several blocks (MuKV's frame and segment) keeps its best
 **Likelihood re-ranking** (``answer.locate_rerank`` N > 0, the default 8; not in any seed):
 the best max(N, top_k) moments of the ranking above are scored again, each by the block it
 got its score from, **alone**: the prompt sink, that block's kept tokens (placed as a question
-would place them) and ``answer.locate_prompt`` ("Describe the image.") asked as an open
+would place them) and ``answer.locate_prompt`` ("What is in the image?") asked as an open
 question, then the query's subject fed as the answer (``subject_of``: "Where did you last see the red
 toolbox?" is scored as "the red toolbox"; any other query as given); the score is the mean
 log-probability per token of those tokens (natural log, <= 0), the moments sorted by it (ties: the first
