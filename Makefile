@@ -19,7 +19,8 @@
 #   make bench-options  videokv-tiny's multiple choice with options worded as planners word them, under the
 #                       node's default memory, objects drawn by OpenCV (about 7 minutes)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
-#                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles (about 15 minutes)
+#                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
+#                       on the demo's story and another renderer's discs (about 20 minutes)
 #
 # On a robot with ROS 2 from apt, see docs/OPERATIONS.md instead (colcon build in ros2_ws).
 
@@ -77,7 +78,7 @@ bench-scaling: build
 	. ./env.sh && OMP_NUM_THREADS=1 nice -n 10 python -m bench.scaling --frames $(FRAMES)
 
 bench-grounding: build
-	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30
+	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things
 
 bench-snapshots: build
 	. ./env.sh && python -m bench.snapshots
