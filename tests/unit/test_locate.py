@@ -4,7 +4,9 @@ retrieval (rekv): the reference reads the query's pre-RoPE queries with its own 
 plain forward of [prompt, query], reduces them per KV group and scores every block's key
 mean with explicit loops. attention (full): the reference runs one plain forward over
 [prompt, frames, question], rotates the captured queries itself and takes the softmax
-against the cached keys, summing each frame's share.
+against the cached keys, summing each frame's share. likelihood re-ranking: the reference takes a
+frame's K/V from a plain forward over the stream up to it, moves them right after the prompt by
+re-rotating the keys, asks the prompt and feeds the query token by token.
 """
 
 from __future__ import annotations
