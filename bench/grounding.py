@@ -43,7 +43,7 @@ import torch
 from bench import report
 from bench.accuracy import load_model, memory_config, stream_frames
 from bench.machine import describe
-from bench.report import load_text, log, table
+from bench.report import log, run_table, table
 from videokv_node.eval.grounding import distance_s, in_span, recall_at_k, span_recall, spans_ns
 from videokv_node.eval.needles import make_streams
 from videokv_node.eval.visual_needles import make_visual_streams
@@ -121,16 +121,8 @@ def run_model(model: str, n_streams: int, n_frames: int, budget: float, policies
 
 
 def render(results: dict[str, list[Row]], info: dict) -> str:
-    mc = info["machine"]
-    header = table(["", ""], [
-        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {THREADS} thread)"],
-        ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
-        ["code", f"git {mc.commit}"],
-        ["command", f"`{info['command']}` (niceness {info['niceness']}, seed {info['seed']})"],
-        ["date", mc.date],
-        ["run time", f"{info['wall_s']:.0f} s wall"],
-        ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(info['load_end'])} at end"],
-    ])
+    header = run_table(info["machine"], THREADS, f"`{info['command']}` (niceness {info['niceness']}, seed {info['seed']})",
+                       info["wall_s"], info["load_end"])
     parts = []
     head = ["row", "frames in context", "locate method (re-ranked)",
             "question: recall@1 first / re-ranked", f"question: recall@{TOP_K} first / re-ranked",
@@ -197,12 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {m: run_model(m, args.streams, args.frames, args.budget, policies, args.seed, log) for m in models}
     info = dict(machine=machine, command=command, niceness=os.nice(0), seed=args.seed, wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg(), streams=args.streams, frames=args.frames, budget=args.budget, period=2.0, rerank=RERANK)
-    section = render(results, info)
-    if args.out == "-":
-        print(section)
-    else:
-        report.update_document(REPO / args.out, section, BEGIN, END)
-        log(f"results written to {args.out}")
+    report.publish(render(results, info), args.out, REPO, BEGIN, END)
     return 0
 
 

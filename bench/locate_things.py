@@ -36,7 +36,7 @@ import torch
 
 from bench import report
 from bench.machine import describe
-from bench.report import load_text, log, table
+from bench.report import run_table, table
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, VideoMemoryEngine
 from videokv_node.memory.config import AnswerConfig
 from videokv_node.memory.locate import LocateQuery
@@ -110,16 +110,8 @@ def disc_case(adapter) -> Case:
 
 
 def render(cases: list[Case], info: dict) -> str:
-    mc = info["machine"]
-    header = table(["", ""], [
-        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {THREADS} thread)"],
-        ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
-        ["code", f"git {mc.commit}"],
-        ["command", f"`{info['command']}` (niceness {info['niceness']})"],
-        ["date", mc.date],
-        ["run time", f"{info['wall_s']:.0f} s wall"],
-        ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(info['load_end'])} at end"],
-    ])
+    header = run_table(info["machine"], THREADS, f"`{info['command']}` (niceness {info['niceness']})", info["wall_s"],
+                       info["load_end"])
     names = list(cases[0].right)
     head = ["memory", "queries"] + [f"top-1 in view: {n}" for n in names] + [f"ms (p50): {n}" for n in names]
     rows = [[c.name, str(c.queries)] + [f"{c.right[n]}/{c.queries}" for n in names]
@@ -149,12 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [story_case(adapter), disc_case(adapter)]
     info = dict(machine=machine, command=command, niceness=os.nice(0), wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg())
-    section = render(cases, info)
-    if args.out == "-":
-        print(section)
-    else:
-        report.update_document(REPO / args.out, section, BEGIN, END)
-        log(f"results written to {args.out}")
+    report.publish(render(cases, info), args.out, REPO, BEGIN, END)
     return 0
 
 

@@ -44,6 +44,30 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def run_table(mc: Machine, threads: int, command: str, wall_s: float, load_end: tuple[float, float, float]) -> str:
+    """The machine, software, code, command (with its niceness and any seed), date, wall time and load of a
+    bench run, as the two-column table every generated section opens with."""
+    return table(["", ""], [
+        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {threads} thread{'s' * (threads > 1)})"],
+        ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
+        ["code", f"git {mc.commit}"],
+        ["command", command],
+        ["date", mc.date],
+        ["run time", f"{wall_s:.0f} s wall"],
+        ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(load_end)} at end"],
+    ])
+
+
+def publish(section: str, out: str, repo: Path, begin: str, end_marker: str) -> None:
+    """A bench's ``--out``: '-' prints the section, anything else is a markdown file under ``repo``
+    whose span between the markers is replaced (``update_document``)."""
+    if out == "-":
+        print(section)
+        return
+    update_document(repo / out, section, begin, end_marker)
+    log(f"results written to {out}")
+
+
 def update_document(path: Path, section: str, begin: str = BEGIN, end_marker: str = END) -> None:
     """Replace the generated span between ``begin`` and ``end_marker`` of ``path`` (append one, or
     create the file, when there is none); each benchmark part has its own pair of markers."""
