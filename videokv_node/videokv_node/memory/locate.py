@@ -228,5 +228,4 @@ def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], F
         blocks.setdefault(b.block_id, b)
     by_id = dict(zip(blocks, scores_of(list(blocks.values())), strict=True))
     rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose) for m in moments]
-    order = sorted(range(len(rescored)), key=lambda i: (-rescored[i].score, i))
-    return [rescored[i] for i in order[:top_k]]
+    return sorted(rescored, key=lambda m: -m.score)[:top_k]  # a stable sort: ties keep the order given
