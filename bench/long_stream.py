@@ -40,6 +40,10 @@ without them, lost by the memory. (``full+tgvkv`` attends to the whole stream
 in its prefill and evicts after it, so its recall is that of ``full``: the column says
 nothing about it.)
 
+``--without full,ceiling,recency`` leaves those reference rows out: they depend on neither preset
+nor policy (``recency`` not on the preset), so a cell whose streams, lengths and seed match an
+earlier table's reads them there, at a fraction of the cost (``full`` is the dearest row at 320 frames).
+
 The section lies between ``BEGIN`` and ``END`` in docs/BENCHMARKS.md (one per model).
 """
 
@@ -83,6 +87,7 @@ STREAMS = 8  # x 8 questions = 64 per cell (text); visual streams have 4 questio
 VISUAL_STREAMS = 16
 CEILING_DISTRACTORS = 4
 THREADS = 1  # see bench/accuracy.py
+REFERENCE_ROWS = ("full", "ceiling", "recency")  # what --without may leave out
 # Values a cell sets to fit its budget to the stream: they win over a preset's (explicit values win).
 CELL_KEYS = frozenset({"budget_tokens", "local_window_tokens", "retrieve_frames", "streamkv.retrieve_frames",
                        "hermes.chunk_frames", "tgvkv.keep_ratio", "rekv.selection"})  # rekv / rekv+shared: the row's
@@ -153,7 +158,9 @@ def ask_all(engine: VideoMemoryEngine, stream, row: Row) -> None:
 
 
 def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...], log,
-               presets: tuple[str, ...] = ("robot",)) -> list[Row]:
+               presets: tuple[str, ...] = ("robot",), without: frozenset[str] = frozenset()) -> list[Row]:
+    """Every row of one length over ``streams``, in table order; the reference rows named in
+    ``without`` (``REFERENCE_ROWS``) are neither run nor returned."""
     n = len(streams[0].frames)
     T, sink = adapter.tokens_per_frame, len(adapter.prefix_ids())
     rows = {"full": Row("full", n), "ceiling": Row("ceiling (needles + 4 distractors)", 0)}
@@ -177,25 +184,29 @@ def run_length(adapter, streams: list, budgets: tuple[float, ...], policies: tup
             plan += [(f"{p}/{preset}@{b}", with_preset(memory_config(p, b, k, n, T, sink), preset), frames)
                      for p in policies for preset in presets]
         for key, cfg, feed in plan:
+            if key.partition("@")[0] in without:
+                continue
             engine = VideoMemoryEngine(adapter, cfg, GenerationConfig())
             for frame in feed:
                 engine.ingest([frame])
             ask_all(engine, stream, rows[key])
             engine.close()
-        full = rows["full"]
-        log(f"  {n} frames, stream {i + 1}/{len(streams)}: {time.perf_counter() - t0:.0f} s; full {sum(full.correct)}/{len(full.correct)}")
-    return list(rows.values())
+        done = "full" if "full" not in without else key
+        log(f"  {n} frames, stream {i + 1}/{len(streams)}: {time.perf_counter() - t0:.0f} s; "
+            f"{done} {sum(rows[done].correct)}/{len(rows[done].correct)}")
+    return [row for key, row in rows.items() if key.partition("@")[0] not in without]
 
 
 def _run_part(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
-              presets: tuple[str, ...], device: str = "cpu") -> list[Row]:
+              presets: tuple[str, ...], device: str = "cpu", without: frozenset[str] = frozenset()) -> list[Row]:
     """One worker's share of a length's streams, in a process of its own (``--workers``)."""
     torch.set_num_threads(THREADS)
-    return run_length(load_model(model, device), streams, budgets, policies, log, presets)
+    return run_length(load_model(model, device), streams, budgets, policies, log, presets, without)
 
 
 def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies: tuple[str, ...],
-                 presets: tuple[str, ...], workers: int, device: str = "cpu") -> list[Row]:
+                 presets: tuple[str, ...], workers: int, device: str = "cpu",
+                 without: frozenset[str] = frozenset()) -> list[Row]:
     """``run_length`` with the streams dealt round-robin to ``workers`` processes (one torch thread
     and one copy of the model on ``device`` each), the rows merged: every per-question list is the
     concatenation of the workers' (accuracy, recall and the TTFT median do not depend on the order)."""
@@ -203,7 +214,8 @@ def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies
 
     parts = [streams[i::workers] for i in range(workers) if streams[i::workers]]
     with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
-        results = pool.starmap(_run_part, [(model, part, budgets, policies, presets, device) for part in parts])
+        results = pool.starmap(_run_part, [(model, part, budgets, policies, presets, device, without)
+                                            for part in parts])
     merged = results[0]
     for rows in results[1:]:
         for into, row in zip(merged, rows, strict=True):
@@ -272,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                         "TTFT is then measured beside the other workers)")
     parser.add_argument("--device", default="cpu", help="torch device of the model and its resident KV, e.g. cuda "
                         "(float32 on any device; every worker holds its own copy)")
+    parser.add_argument("--without", default="", help=f"comma-separated reference rows to leave out ({', '.join(REFERENCE_ROWS)}): "
+                        "read them in an earlier table of the same streams")
     parser.add_argument("--out", default="docs/BENCHMARKS.md", help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
     visual = args.model.startswith("videokv-tiny")
@@ -283,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--presets must be a non-empty subset of {PRESETS}")
     if not set(policies) <= set(POLICIES) or not all(0 < b < 1 for b in budgets):
         parser.error(f"--policies must be a subset of {POLICIES} and --budgets shares in (0, 1)")
+    without = frozenset(r for r in args.without.split(",") if r)
+    if not without <= set(REFERENCE_ROWS):
+        parser.error(f"--without must be a subset of {REFERENCE_ROWS}")
+    if not policies and without == set(REFERENCE_ROWS):
+        parser.error("nothing left to run")
     n_streams = args.streams or (VISUAL_STREAMS if visual else STREAMS)
     command = "python -m bench.long_stream" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     torch.set_num_threads(THREADS)
@@ -295,9 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in lengths:
         streams = (make_visual_streams if visual else make_streams)(n_streams, n, args.seed)
         if args.workers > 1:
-            results[n] = run_parallel(args.model, streams, budgets, policies, presets, args.workers, args.device)
+            results[n] = run_parallel(args.model, streams, budgets, policies, presets, args.workers, args.device,
+                                      without)
         else:
-            results[n] = run_length(adapter, streams, budgets, policies, log, presets)
+            results[n] = run_length(adapter, streams, budgets, policies, log, presets, without)
     first = results[lengths[0]][0]
     info = dict(machine=machine, command=command, niceness=os.nice(0), seed=args.seed, wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg(), model=args.model, device=args.device, presets=", ".join(f"`{p}`" for p in presets), streams=n_streams, questions=len(first.correct),

@@ -74,3 +74,19 @@ def test_workers_give_the_rows_of_one_process(capsys):
     one = rows(1)
     assert [line.split("|")[1].strip() for line in one] == ["full", "recency @ 30%", "rekv @ 30%", "rekv+shared @ 30%"]
     assert one == rows(2)
+
+
+def test_without_leaves_the_reference_rows_out_and_the_others_unchanged(capsys):
+    """``--without full,ceiling`` runs neither row; the rows it keeps give the same answers as a run with them."""
+    def rows(*extra: str) -> list[str]:
+        assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "1", "--policies", "rekv",
+                                 "--budgets", "0.3", "--out", "-", *extra]) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "attended" not in line]
+        return [line.rsplit("|", 2)[0] for line in lines[1:]]  # past the header table's first row; without TTFT
+
+    every = [line for line in rows() if line.startswith(("| full", "| ceiling", "| recency", "| rekv"))]
+    kept = [line for line in rows("--without", "full,ceiling") if line.startswith(("| full", "| ceiling", "| recency", "| rekv"))]
+    assert [line.split("|")[1].strip() for line in every][:2] == ["full", "ceiling (needles + 4 distractors)"]
+    assert kept == every[2:]
+    with pytest.raises(SystemExit):
+        long_stream.main(["--model", "tiny-text", "--without", "oracle", "--out", "-"])
