@@ -82,7 +82,10 @@ BUDGETS = (0.05, 0.10, 0.25, 0.50)
 # Every policy memory/config.py declares but full (the reference, on the whole stream), then full with TGV-KV.
 # Last, ``rekv+shared``: rekv with one retrieved set for all layers (``memory.rekv.selection: shared``, the
 # robot default since issue 15's measurements); ``rekv`` is ReKV's per-layer retrieval (``selection: layer``).
-POLICIES = tuple(p for p in MEMORY_POLICIES if p != "full") + ("full+tgvkv", "rekv+shared")
+# ``rekv+rerank``: rekv+shared whose fused ranking shortlists RERANK x k frames, keeps its first half of k and
+# fills the rest by the question's likelihood about each frame alone (``memory.rekv.rerank``, ours).
+POLICIES = tuple(p for p in MEMORY_POLICIES if p != "full") + ("full+tgvkv", "rekv+shared", "rekv+rerank")
+RERANK = 3
 STREAMS = 3
 FRAMES = 20
 OFFLOAD_BYTES = 1 << 30
@@ -121,8 +124,10 @@ def memory_config(policy: str, budget: float, k: int, n_frames: int, T: int, sin
         return MemoryConfig(policy="full", question_stage="tgvkv", budget_tokens=whole.budget_tokens,
                             local_window_tokens=whole.local_window_tokens, page_tokens=1,
                             tgvkv=TGVKVConfig(keep_ratio=budget))
-    if policy == "rekv+shared":
-        return dataclasses.replace(memory_config("rekv", budget, k, n_frames, T, sink), rekv=ReKVConfig(selection="shared"))
+    if policy in ("rekv+shared", "rekv+rerank"):
+        rerank = RERANK if policy == "rekv+rerank" else 0
+        return dataclasses.replace(memory_config("rekv", budget, k, n_frames, T, sink),
+                                   rekv=ReKVConfig(selection="shared", rerank=rerank))
     knobs = AT_BUDGET.get(policy, lambda k, T, sink: {})(k, T, sink)
     return MemoryConfig(policy=policy, **{**base, **knobs})
 

@@ -90,7 +90,8 @@ THREADS = 1  # see bench/accuracy.py
 REFERENCE_ROWS = ("full", "ceiling", "recency")  # what --without may leave out
 # Values a cell sets to fit its budget to the stream: they win over a preset's (explicit values win).
 CELL_KEYS = frozenset({"budget_tokens", "local_window_tokens", "retrieve_frames", "streamkv.retrieve_frames",
-                       "hermes.chunk_frames", "tgvkv.keep_ratio", "rekv.selection"})  # rekv / rekv+shared: the row's
+                       "hermes.chunk_frames", "tgvkv.keep_ratio", "rekv.selection",
+                       "rekv.rerank"})  # rekv / rekv+shared / rekv+rerank: the row's
 
 
 @dataclass(slots=True)

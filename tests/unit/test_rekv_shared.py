@@ -16,14 +16,15 @@ from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.config import ReKVConfig
+from videokv_node.memory.config import AnswerConfig, ReKVConfig
 
 
 def fused_reference(query: torch.Tensor, key_means: list[torch.Tensor], ids: list[int], k: int,
-                    present: list[list[bool]] | None = None) -> list[int]:
+                    present: list[list[bool]] | None = None, ordered: bool = False) -> list[int]:
     """Per layer: score = sum over heads of q . k (the scale ranks nothing), rank by (score, id)
     descending, a block absent from the layer after every present one (newer first among those);
-    fused = sum over layers of 1 / (1 + rank) in layer order; top-k by (fused, id) descending."""
+    fused = sum over layers of 1 / (1 + rank) in layer order; top-k by (fused, id) descending
+    (``ordered``: in that order, else sorted by id)."""
     L = query.shape[0]
     fused = [0.0] * len(ids)
     for l in range(L):
@@ -34,7 +35,7 @@ def fused_reference(query: torch.Tensor, key_means: list[torch.Tensor], ids: lis
         for rank, i in enumerate(order):
             fused[i] += 1.0 / (1 + rank)
     best = sorted(range(len(ids)), key=lambda i: (fused[i], ids[i]), reverse=True)[:k]
-    return sorted(ids[i] for i in best)
+    return [ids[i] for i in best] if ordered else sorted(ids[i] for i in best)
 
 
 def _store(key_means: list[torch.Tensor]) -> BlockStore:
@@ -68,6 +69,8 @@ def test_fused_ranking_hand_computed():
     assert _picked(store, query, 2) == [0, 2]
     assert _picked(store, query, 3) == [0, 1, 2]
     assert _picked(store, query, 0) == []
+    best_first = store.index.fused_top_k(query, store.index.candidate_mask(), 3).tolist()
+    assert [store.index.blocks[s].block_id for s in best_first] == [2, 0, 1]  # 2 and 0 tie: the newer first
 
 
 @settings(max_examples=60, deadline=None)
@@ -99,8 +102,10 @@ def test_fused_top_k_equals_a_brute_force_reference(n, k, seed, evict, levels, m
     query = torch.zeros(GEO.n_layers, GEO.n_kv_heads, GEO.head_dim)
     query[:, :, 0] = torch.tensor([1.0, -1.0])[:, None]  # the two layers rank in opposite directions
     expected = fused_reference(query, [b.key_mean for b in pool], [b.block_id for b in pool], k,
-                               [[b.layers[l] is not None for l in range(GEO.n_layers)] for b in pool])
-    assert _picked(store, query, k, mask) == expected
+                               [[b.layers[l] is not None for l in range(GEO.n_layers)] for b in pool], ordered=True)
+    assert _picked(store, query, k, mask) == sorted(expected)
+    best_first = store.index.fused_top_k(query, mask, k).tolist()
+    assert [store.index.blocks[s].block_id for s in best_first] == expected
 
 
 def _question_queries(a, text: str) -> torch.Tensor:
@@ -153,3 +158,49 @@ def test_shared_selection_attends_the_same_fused_top_k_in_every_layer(tiny_adapt
 def test_an_unknown_selection_is_refused():
     with pytest.raises(ConfigError, match="memory.rekv.selection"):
         ReKVConfig(selection="union")
+
+
+# --- memory.rekv.rerank: the shortlist read alone by the question's likelihood -------------------------
+
+@pytest.mark.parametrize("keep_share, kept", [(0.5, 1), (0.0, 0), (1.0, 2)])
+def test_rerank_keeps_the_fused_best_and_fills_by_each_frames_likelihood(tiny_adapter64, monkeypatch, keep_share, kept):
+    """rerank 2, retrieve_frames 2: the fused ranking's best 4 (plain-forward queries, reference above)
+    are shortlisted; its first round(keep_share x 2) are attended, the rest of the 2 are the shortlist's
+    others best by the question's mean log-probability as the answer to the prompt about each frame alone
+    (test_locate's token-by-token reference on a hand-built cache); one re-reading forward per such
+    frame, none when the fused ranking keeps all."""
+    from tests.unit.test_locate import count_forwards, frame_alone_logprob
+
+    a = tiny_adapter64
+    frames = random_frames(8, seed=11)
+    text, prompt = "a red ball", "What is shown?"
+    cfg = MemoryConfig(policy="rekv", local_window_tokens=50_000, retrieve_frames=2, budget_tokens=100_000, page_tokens=1,
+                       rekv=ReKVConfig(selection="shared", question_window=False, rerank=2, rerank_keep=keep_share))
+    gen = GenerationConfig(max_new_tokens=1, answer=AnswerConfig(locate_prompt=prompt))
+    engine = VideoMemoryEngine(a, cfg, gen)
+    for f in frames:
+        engine.ingest([f])
+    blocks = list(engine.store.blocks())
+    key_means = [torch.stack([a.rotate_keys(b.layers[l].keys, -b.positions[0]).float().mean(1)
+                              for l in range(a.geometry.n_layers)]) for b in blocks]
+    shortlist = fused_reference(_question_queries(a, text), key_means, [b.block_id for b in blocks], 4, ordered=True)
+    rest = shortlist[kept:]
+    likelihood = {bid: frame_alone_logprob(a, frames, bid, prompt, text) for bid in rest} if kept < 2 else {}
+    expected = shortlist[:kept] + sorted(rest, key=lambda bid: -likelihood[bid])[:2 - kept] if kept < 2 else shortlist[:2]
+    calls = count_forwards(monkeypatch, a)
+    engine.ask(Question(text, max_new_tokens=1))
+    assert engine.last_layer_blocks == [sorted(expected)] * a.geometry.n_layers
+    n_read = len(a.question_ids(prompt, [])) + len(a.text_ids(text)) - 1
+    rereads = [c for c in calls if c[:2] == (n_read, engine.sink.n_tokens + a.tokens_per_frame)]
+    assert len(rereads) == (len(rest) if kept < 2 else 0)
+    engine.close()
+
+
+def test_rerank_is_off_in_the_paper_preset_and_checked():
+    from videokv_node.memory.presets import preset_memory_config
+
+    assert preset_memory_config("paper", "rekv").rekv.rerank == 0
+    with pytest.raises(ConfigError, match="memory.rekv.rerank"):
+        ReKVConfig(rerank=-1)
+    with pytest.raises(ConfigError, match="rerank_keep"):
+        ReKVConfig(rerank_keep=1.5)

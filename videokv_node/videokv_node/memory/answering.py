@@ -18,19 +18,19 @@ import time
 
 import torch
 
-from videokv_node.memory.attended import attended_frames
+from videokv_node.memory.attended import attended_frames, evidence_of
 from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates
 from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.encoding import EncodeJob
-from videokv_node.memory.locate import AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments, rerank_by_likelihood
+from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, best_by_likelihood, block_masses, likelihood_scores,
+                                        rank_moments, rerank_by_likelihood)
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
 from videokv_node.memory.policy import QuestionSelection, present_in
-from videokv_node.memory.question import Answer, Continuations, Evidence, Question, RequestError
+from videokv_node.memory.question import Answer, Continuations, Question, RequestError
 from videokv_node.memory.question_span import question_span
 from videokv_node.memory.retrieval_cache import QueryCapture, RetrievingCache, place_layer
-from videokv_node.pose import Pose
 
 
 class AnsweringMixin:
@@ -118,7 +118,7 @@ class AnsweringMixin:
         else:
             text = self._generate(logits, cache, next_pos + len(ids), max_new, on_token)
             index, scores = -1, []
-        return Answer(text, index, scores, self._evidence(chosen), ttft, time.perf_counter() - t0, self._context_len)
+        return Answer(text, index, scores, evidence_of(chosen), ttft, time.perf_counter() - t0, self._context_len)
 
     def _ask_by_likelihood(self, question: Question, on_token=None) -> Answer:
         """Multiple choice by the likelihood of each option's text as the answer.
@@ -145,7 +145,7 @@ class AnsweringMixin:
         if on_token:
             on_token(question.options[index])
         total = time.perf_counter() - t0
-        return Answer(question.options[index], index, probs.tolist(), self._evidence(chosen), total, total, self._context_len)
+        return Answer(question.options[index], index, probs.tolist(), evidence_of(chosen), total, total, self._context_len)
 
     @torch.inference_mode()
     def score_continuations(self, question: Question, continuations: list[str]) -> Continuations:
@@ -162,7 +162,7 @@ class AnsweringMixin:
             raise RequestError("score_continuations takes the options as continuations; question.options must be empty")
         ttft: list[float] = []
         per_token, chosen = self._continuation_logprobs(question, continuations, lambda: ttft.append(elapsed_s(t0, self.adapter.device)))
-        return Continuations([sum(lp) for lp in per_token], self._evidence(chosen), ttft[0], time.perf_counter() - t0,
+        return Continuations([sum(lp) for lp in per_token], evidence_of(chosen), ttft[0], time.perf_counter() - t0,
                              self._context_len, [len(lp) for lp in per_token])
 
     @torch.inference_mode()
@@ -219,6 +219,9 @@ class AnsweringMixin:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
         selection = self.policy.select(self.store, candidates, self.probe, question.text)
+        if selection.reread:  # memory.rekv.rerank: the shortlist's others, each read alone (memory/locate.py)
+            selection.fixed = selection.fixed + best_by_likelihood(self.adapter, self.store, self.sink, self.policy, selection.reread,
+                                                                   self.generation.answer.locate_prompt, question.text, selection.reread_k)
         if pending:
             if len(pending) == len(self.policy.pending_units()):
                 selection.fixed = selection.fixed + self.policy.pending_blocks(self.host)
@@ -271,17 +274,6 @@ class AnsweringMixin:
     def last_layer_stamps(self) -> list[list[int]]:
         """Per layer, the stamps of the frames the last question attended to (from ``last_layer_token_share``)."""
         return [sorted(shares) for shares in self.last_layer_token_share]
-
-    @staticmethod
-    def _evidence(chosen: dict[int, FrameBlock]) -> list[Evidence]:
-        """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
-        each with the robot's pose when it was taken where the frame came with one."""
-        cited: dict[tuple[int, str], Pose | None] = {}
-        for b in chosen.values():
-            for s in b.cited_stamps:
-                if cited.get((s, b.camera)) is None:
-                    cited[(s, b.camera)] = b.pose_at(s)
-        return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]
 
     def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
         """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.question import Evidence
+from videokv_node.pose import Pose
 
 
 def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, FrameBlock]) -> list[dict[int, float]]:
@@ -33,3 +35,14 @@ def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, 
                 shares[stamp] = max(shares.get(stamp, 0.0), share)
         out.append(shares)
     return out
+
+
+def evidence_of(chosen: Mapping[int, FrameBlock]) -> list[Evidence]:
+    """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
+    each with the robot's pose when it was taken where the frame came with one."""
+    cited: dict[tuple[int, str], Pose | None] = {}
+    for b in chosen.values():
+        for s in b.cited_stamps:
+            if cited.get((s, b.camera)) is None:
+                cited[(s, b.camera)] = b.pose_at(s)
+    return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]

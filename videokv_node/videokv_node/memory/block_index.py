@@ -261,26 +261,27 @@ class BlockIndex:
         return top_k_slots(scores, mask, self.block_id, k)
 
     def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
-        """The slots of the ``k`` best blocks of ``mask`` for all layers at once (any order).
+        """The slots of the ``k`` best blocks of ``mask`` for all layers at once, best first.
 
         Each layer scores the blocks of ``mask`` as ``top_k`` does (query_means[l]: that layer's
         (H, D) query) and ranks them from 0 (the best; equal scores: the newer block first, a
         layer where a block keeps no tokens ranks it after all that keep some); a block's fused
         score is the mean over the layers of 1 / (1 + its rank) (reciprocal-rank fusion with no
         offset: ``memory.rekv.selection: shared``). Top-k of the fused score, ties to the newer
-        block. One batched product over the mask's blocks and one sort per layer.
+        block (the order of equal fused scores too). One batched product and one sort per layer.
         """
         slots = mask.nonzero().flatten()
-        n = slots.numel()
-        if min(k, n) == 0:
+        if min(k, n := slots.numel()) == 0:
             return self.block_id.new_zeros(0)
         L = self.n_layers
         ids = self.block_id.index_select(0, slots)
         keys = self.key_mean.index_select(1, slots).reshape(L, n, -1)  # (L, n, H * D)
         scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
-        every = torch.ones(n, dtype=torch.bool, device=slots.device)
-        return slots.index_select(0, top_k_slots(fused_ranks(scores, ids), every, ids, k))
+        fused = fused_ranks(scores, ids)
+        best = top_k_slots(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
+        best = best[torch.argsort(ids[best], descending=True)]  # newer first, then stably by the fused score:
+        return slots.index_select(0, best[torch.sort(fused[best], descending=True, stable=True).indices])
 
 
 def fused_ranks(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

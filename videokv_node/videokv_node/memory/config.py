@@ -86,10 +86,15 @@ class ReKVConfig:
     query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
     question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
     selection: str = param("shared", "ReKV: each layer retrieves its own top-k inside the question's pass (layer, ReKV's, the paper preset) or one top-k for all layers, the layers' rankings of the question probe fused (shared, ours, robot: docs/POLICIES.md)", choices=REKV_SELECTIONS)
+    rerank: int = param(0, "ReKV, selection shared (ours, not ReKV's): the fused ranking's best N x retrieve_frames blocks are shortlisted, its first rerank_keep of retrieve_frames kept and the rest chosen by the question's likelihood about each block alone (as ~/locate re-ranks, with answer.locate_prompt); 0: off", zero_ok=True)
+    rerank_keep: float = param(0.5, "ReKV re-ranking: the share of retrieve_frames taken in the fused ranking's order before the likelihood chooses the rest", fraction=True)
 
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
         check_choice("memory.rekv.selection", self.selection, REKV_SELECTIONS)
+        if self.rerank < 0:
+            raise ConfigError(f"memory.rekv.rerank must be >= 0 (0: off), got {self.rerank}")
+        check_fraction("memory.rekv", "rerank_keep", self.rerank_keep)
 
 
 @policy_config("streamkv")

@@ -53,6 +53,10 @@ class QuestionSelection:
     per_layer: list[list[FrameBlock]] | None = None
     query: str = "prompt"  # in-pass retrieval scores with the mean query of the whole prompt or the question's own tokens
     pool_set: Candidates | None = None  # when set, the pool (``pool`` is then empty)
+    # Blocks each read alone by the question's likelihood before the pass, the best ``reread_k`` then
+    # attended as ``fixed`` (``memory.rekv.rerank``; memory/locate.py ``best_by_likelihood``).
+    reread: list[FrameBlock] = field(default_factory=list)
+    reread_k: int = 0
 
     @property
     def pool_size(self) -> int:

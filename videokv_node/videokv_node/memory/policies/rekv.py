@@ -28,6 +28,17 @@ streams ReKV's per-layer top-k finds a needle in some layer for most questions b
 all layers is read by all. Reciprocal ranks, not the mean score, because the layers' score
 scales differ and a few layers would decide alone. Costs one probe prefill of the question.
 
+Re-ranking (``memory.rekv.rerank`` N > 0, with ``selection: shared``; ours, not ReKV's, off in both
+presets): the fused ranking's best N x ``retrieve_frames`` blocks are shortlisted; its first
+``rerank_keep`` of ``retrieve_frames`` (rounded) are kept in that order, and the rest are the
+shortlist's others best by the question's likelihood about each read alone (``memory/locate.py``,
+``best_by_likelihood``: ``~/locate``'s re-ranking). Why: the mean key of a frame does not single out
+the frame a question names (SmolLM2's text needles: docs/BENCHMARKS.md, issue 15); the model's reading
+of one frame does when the question names its subject, and misleads when it does not ("What colour is
+the shape?" on videokv-tiny), which the kept share guards. Costs one short decoder forward per re-read
+block (N x ``retrieve_frames`` minus the kept), over the prompt sink and that block: bounded by N, not by
+the memory.
+
 Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
 heads of each KV group and then over groups; retrieval happens inside the
@@ -83,8 +94,12 @@ class ReKVPolicy(MemoryPolicy):
             if not pool.count:  # nothing to rank: no probe
                 return QuestionSelection(fixed=recent)
             q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
-            picked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, self.config.retrieve_frames))
-            return QuestionSelection(fixed=recent + picked)
+            k = self.config.retrieve_frames
+            ranked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank)))  # best first
+            if not rekv.rerank or len(ranked) <= k:
+                return QuestionSelection(fixed=recent + ranked[:k])
+            keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
+            return QuestionSelection(fixed=recent + ranked[:keep], reread=ranked[keep:], reread_k=k - keep)
         return QuestionSelection(fixed=recent, pool_set=pool, k=self.config.retrieve_frames, query=rekv.query)
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
