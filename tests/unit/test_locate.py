@@ -67,15 +67,16 @@ def capture_queries(adapter, ids_before: list[int], ids: list[int], embeds_betwe
     return q, cache, positions[:, -n:]
 
 
-def count_forwards(monkeypatch, adapter) -> list[tuple[int, int, bool, int]]:
+def count_forwards(monkeypatch, adapter) -> list[tuple[int, int, bool, int, int]]:
     """Record every decoder forward from now on: (input tokens, cache length before it, observed, logits
-    read), where observed means an attention observer was attached (locate's question prefill measures
-    attention mass) and logits read is how many positions' logits were asked for (re-ranking: the query's)."""
-    calls: list[tuple[int, int, bool, int]] = []
+    read, rows), where observed means an attention observer was attached (locate's question prefill measures
+    attention mass), logits read is how many positions' logits were asked for (re-ranking: the query's)
+    and rows the batch (re-ranking reads frames of one size together)."""
+    calls: list[tuple[int, int, bool, int, int]] = []
     real = adapter.forward
 
     def counted(embeds, positions, cache, logits=True, observer=None, n_logits=1):
-        calls.append((embeds.shape[1], cache.get_seq_length(), observer is not None, n_logits))
+        calls.append((embeds.shape[1], cache.get_seq_length(), observer is not None, n_logits, embeds.shape[0]))
         return real(embeds, positions, cache, logits=logits, observer=observer, n_logits=n_logits)
 
     monkeypatch.setattr(adapter, "forward", counted)
@@ -89,7 +90,7 @@ def forward_kinds(calls, engine, adapter, text: str) -> list[str]:
     probe_len = len(adapter.text_ids(text))
     return ["prefill" if observed else "rerank" if n_logits == probe_len > 1 else
             "probe" if (n, cached) == (probe_len, engine.sink.n_tokens) else "encode"
-            for n, cached, observed, n_logits in calls]
+            for n, cached, observed, n_logits, _ in calls]
 
 
 def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monkeypatch):
@@ -204,7 +205,7 @@ def test_every_policy_locates_within_the_window_with_one_prefill(tiny_adapter, m
     result = e.locate(LocateQuery(QUERY, top_k=3, since_ns=window[0], until_ns=window[1]))
     kinds = forward_kinds(calls, e, a, QUERY)
     assert kinds == forwards, calls
-    tokens = {k: [n for (n, _, _, _), kind in zip(calls, kinds) if kind == k] for k in ("prefill", "encode")}
+    tokens = {k: [n for (n, _, _, _, _), kind in zip(calls, kinds) if kind == k] for k in ("prefill", "encode")}
     assert tokens["prefill"] == [len(a.question_ids(QUERY, []))] * kinds.count("prefill")  # the query, as an open question
     assert tokens["encode"] == ([len(pending) * a.tokens_per_frame] if "encode" in kinds else [])  # those frames only
     assert result.method == ("retrieval" if policy == "rekv" else "attention") and 1 <= len(result.moments) <= 3
@@ -277,13 +278,18 @@ def frame_alone_logprob(a, frames: list[Frame], i: int, prompt: str, text: str) 
     return sum(lps) / len(lps)
 
 
+@pytest.mark.parametrize("batch", [8, 3])
 @pytest.mark.parametrize("policy, first_forwards", [("rekv", ["probe"]), ("full", ["prefill"])])
 def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tiny_adapter64, monkeypatch, policy,
-                                                                             first_forwards):
+                                                                             first_forwards, batch):
     """The first ranking's best N moments, each re-scored by the mean log-probability of the query's tokens
     as the answer to the prompt asked about that frame alone (hand-built cache, token-by-token reference),
-    sorted by it; top_k of them returned; one forward per shortlisted frame, reading the query's logits.
+    sorted by it; top_k of them returned. The 4 frames, of one size, are read ``REREAD_BATCH`` at a time,
+    one forward per batch reading the query's logits (each row equals its frame read alone: the reference).
     ``full`` keeps its frames in a resident cache of its own: the re-ranking reads the blocks, not that."""
+    from videokv_node.memory import locate
+
+    monkeypatch.setattr(locate, "REREAD_BATCH", batch)
     a = tiny_adapter64
     frames = posed(random_frames(6, seed=7))
     e = make_engine(a, policy, rekv=ReKVConfig(selection="layer"))
@@ -302,15 +308,17 @@ def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tin
         assert abs(m.score - expected[m.stamp_ns]) < ATOL and m.score < 0
         assert m.pose == frames[stamps.index(m.stamp_ns)].pose
     kinds = forward_kinds(calls, e, a, QUERY)
-    assert kinds == first_forwards + ["rerank"] * 4
+    assert kinds == first_forwards + ["rerank"] * math.ceil(4 / batch)
+    assert [rows for *_, rows in calls[1:]] == ([4] if batch >= 4 else [3, 1])
     n_feed = len(a.question_ids("What is shown?", [])) + len(a.text_ids(QUERY)) - 1
-    assert all((n, cached) == (n_feed, e.sink.n_tokens + a.tokens_per_frame) for n, cached, _, _ in calls[1:])
+    assert all((n, cached) == (n_feed, e.sink.n_tokens + a.tokens_per_frame) for n, cached, *_ in calls[1:])
 
 
 @pytest.mark.parametrize("policy", ["streamkv", "hermes", "mukv", "full"])
-def test_every_policy_reranks_its_shortlist_one_forward_per_block(tiny_adapter, monkeypatch, policy):
-    """Any first ranking (attention here) is re-ranked: one re-ranking forward per distinct block behind the
-    shortlist, each over the prompt sink and at most that block's tokens; the scores are log-probabilities."""
+def test_every_policy_reranks_its_shortlist_one_row_per_block(tiny_adapter, monkeypatch, policy):
+    """Any first ranking (attention here) is re-ranked: one re-reading row per distinct block behind the
+    shortlist (blocks of one size in one forward), each over the prompt sink and at most that block's tokens;
+    the scores are log-probabilities."""
     a = tiny_adapter
     frames = posed(random_frames(8, seed=2))
     e = make_engine(a, policy, rerank=3)
@@ -321,9 +329,9 @@ def test_every_policy_reranks_its_shortlist_one_forward_per_block(tiny_adapter, 
     kinds = forward_kinds(calls, e, a, QUERY)
     assert result.method == "attention+likelihood" and len(result.moments) == 2
     reranks = [c for c, k in zip(calls, kinds) if k == "rerank"]
-    assert kinds[-len(reranks):] == ["rerank"] * len(reranks) and 1 <= len(reranks) <= 3
+    assert kinds[-len(reranks):] == ["rerank"] * len(reranks) and 1 <= sum(rows for *_, rows in reranks) <= 3
     limit = e.sink.n_tokens + max(b.n_tokens for b in e.store.blocks())
-    assert all(e.sink.n_tokens < cached <= limit for _, cached, _, _ in reranks)
+    assert all(e.sink.n_tokens < cached <= limit for _, cached, *_ in reranks)
     scores = [m.score for m in result.moments]
     assert scores == sorted(scores, reverse=True) and all(s <= 0 for s in scores)
 

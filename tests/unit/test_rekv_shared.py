@@ -167,8 +167,8 @@ def test_rerank_keeps_the_fused_best_and_fills_by_each_frames_likelihood(tiny_ad
     """rerank 2, retrieve_frames 2: the fused ranking's best 4 (plain-forward queries, reference above)
     are shortlisted; its first round(keep_share x 2) are attended, the rest of the 2 are the shortlist's
     others best by the question's mean log-probability as the answer to the prompt about each frame alone
-    (test_locate's token-by-token reference on a hand-built cache); one re-reading forward per such
-    frame, none when the fused ranking keeps all."""
+    (test_locate's token-by-token reference on a hand-built cache); one re-reading row per such frame,
+    all in one forward (one size), none when the fused ranking keeps all."""
     from tests.unit.test_locate import count_forwards, frame_alone_logprob
 
     a = tiny_adapter64
@@ -192,7 +192,7 @@ def test_rerank_keeps_the_fused_best_and_fills_by_each_frames_likelihood(tiny_ad
     assert engine.last_layer_blocks == [sorted(expected)] * a.geometry.n_layers
     n_read = len(a.question_ids(prompt, [])) + len(a.text_ids(text)) - 1
     rereads = [c for c in calls if c[:2] == (n_read, engine.sink.n_tokens + a.tokens_per_frame)]
-    assert len(rereads) == (len(rest) if kept < 2 else 0)
+    assert [rows for *_, rows in rereads] == ([len(rest)] if kept < 2 else [])  # frames of one size: one forward
     engine.close()
 
 

@@ -45,8 +45,9 @@ what a frame shows. ReKV's mean key and a prefill's attention mass are dominated
 frames share, so on videokv-tiny's needle frames they rank the same frames first for any query
 (docs/BENCHMARKS.md, grounding); the model's own reading of one frame, asked to describe it,
 gives the query's words a likelihood that does depend on the frame (generative retrieval by
-query likelihood). Cost: one decoder forward of the prompt and query tokens per shortlisted
-moment over a context of one frame, no decoding; it grows with N, not with the memory. The
+query likelihood). Cost: the prompt and query tokens read over a context of one frame per shortlisted
+moment, no decoding; moments whose blocks have one size are read ``REREAD_BATCH`` to a forward (each row
+over its own block's cache, as if alone); it grows with N, not with the memory. The
 shortlist still comes from the first ranking, so a frame it ranks below N is never re-scored.
 """
 
@@ -58,14 +59,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.policy import present_in
-from videokv_node.memory.retrieval_cache import placed_cache
+from videokv_node.memory.retrieval_cache import place_layer
 from videokv_node.models.attention import attention_probs
 from videokv_node.pose import Pose
 
 METHODS = ("retrieval", "attention")  # the first ranking; "<method>+likelihood" when re-ranked
+REREAD_BATCH = 8  # blocks re-read in one forward: bounds the logits held at once (8 x tokens x vocab)
 
 
 @dataclass(slots=True)
@@ -200,21 +203,36 @@ def subject_of(text: str) -> str:
 def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock], prompt: str, text: str) -> list[float]:
     """Per block, the mean log-probability per token (natural log) of the query ``text``'s subject
     (``subject_of``) as the answer to the open question ``prompt`` asked over the prompt sink and that
-    block alone (its kept tokens in each layer, placed by ``policy.layout`` as for a question): one decoder
-    forward of the prompt and the subject's tokens per block, the cache dropped after it. Memory is not
-    changed."""
+    block alone (its kept tokens in each layer, placed by ``policy.layout`` as for a question). Blocks
+    that keep the same tokens per layer and are placed alike are read together, ``REREAD_BATCH`` at a
+    time: one decoder forward of the prompt and the subject's tokens per batch, each row over its own
+    block's cache (the rows share positions and mask, so each equals a forward of its block alone);
+    the cache is dropped after it. Memory is not changed."""
     cont = adapter.text_ids(subject_of(text))
     feed = adapter.question_ids(prompt, []) + cont[:-1]  # the last token's successor is never needed
     embeds = adapter.embed_tokens(feed)
-    out = []
-    for block in blocks:
-        per_layer = present_in([block], adapter.geometry.n_layers)
+    n_layers = adapter.geometry.n_layers
+    plans, groups = [], {}
+    for i, block in enumerate(blocks):
+        per_layer = present_in([block], n_layers)
         targets, next_pos = policy.layout(sink.n_tokens, per_layer)
-        cache = placed_cache(adapter, store, sink, per_layer, targets)
-        logits = adapter.forward(embeds, adapter.text_positions(next_pos, len(feed)), cache, n_logits=len(cont))
-        logp = torch.log_softmax(logits.reshape(len(cont), -1).double(), dim=-1)
-        rows = torch.arange(len(cont), device=logp.device)  # indices where the logits are (a GPU's)
-        out.append(float(logp[rows, torch.tensor(cont, device=logp.device)].mean()))
+        plans.append((per_layer, targets))
+        shape = tuple(block.layer_tokens(l) if per_layer[l] else 0 for l in range(n_layers))
+        groups.setdefault((shape, next_pos), []).append(i)
+    out = [0.0] * len(blocks)
+    for (_, next_pos), members in groups.items():
+        for at in range(0, len(members), REREAD_BATCH):
+            rows = members[at:at + REREAD_BATCH]
+            layers = []
+            for l in range(n_layers):
+                kv = [place_layer(adapter, store, sink, plans[i][0][l], plans[i][1][l], l) for i in rows]
+                layers.append((torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv])))
+            logits = adapter.forward(embeds.expand(len(rows), -1, -1), adapter.text_positions(next_pos, len(feed)),
+                                     DynamicCache(ddp_cache_data=layers), n_logits=len(cont))
+            logits = logits.reshape(len(rows), len(cont), -1)
+            picked = torch.tensor(cont, device=logits.device)[:, None]
+            for row, i in enumerate(rows):  # one row at a time in float64: (n, vocab) each
+                out[i] = float(torch.log_softmax(logits[row].double(), dim=-1).gather(1, picked).mean())
     return out
 
 

@@ -133,6 +133,8 @@ class VideoLLMAdapter(ABC):
         Returns the last token's logits (vocab,) in float32, or None if ``logits`` is False; with
         ``n_logits`` > 1, the last ``n_logits`` tokens' logits (n_logits, vocab), in order (a
         continuation scored in one pass: ``~/locate``'s likelihood re-ranking).
+        (B, n, hidden) ``embeds`` with B > 1 run B rows at the same positions over a cache of batch B
+        (frames of one size re-read at once, ``memory/locate.py``; no observer) and keep the leading B.
         ``observer`` sees every layer's post-RoPE queries and keys (``models/attention.py``).
         """
 

@@ -7,9 +7,11 @@ budgets), while transformers builds one causal mask, sized from layer 0, for
 all layers. So under ``videokv`` no mask is built by transformers (the name is
 not in ``ALL_MASK_ATTENTION_FUNCTIONS``, so ``create_causal_mask`` returns
 None) and each layer builds its own from the lengths it actually has. That is
-exact because the engine only runs batch size 1 without padding: every cached
-key is visible and the new tokens are causal among themselves, so the mask of
-query ``i`` of ``q`` against ``K`` keys is ``j <= K - q + i``.
+exact because the engine never pads: every cached key is visible and the new
+tokens are causal among themselves, so the mask of query ``i`` of ``q`` against
+``K`` keys is ``j <= K - q + i``. The engine runs batch size 1, except the
+re-reading of frames of one size (``memory/locate.py``), whose rows have the
+same lengths and so the same mask; an observer reads batch 1 only.
 
 Second reason: policies need attention scores (MuKV's last-layer importance,
 HERMES' pseudo-query attention, TGV-KV's text-to-vision attention). An
@@ -58,8 +60,8 @@ def videokv_attention_forward(
     videokv_observer: AttentionObserver | None = None,
     **kwargs,
 ):
-    if query.shape[0] != 1:
-        raise ValueError("videokv attention runs batch size 1 only (one camera memory per forward)")
+    if query.shape[0] != 1 and videokv_observer is not None:
+        raise ValueError("an attention observer reads batch size 1 only (one camera memory per forward)")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     if videokv_observer is not None:
         videokv_observer(module.layer_idx, query, key, scale)

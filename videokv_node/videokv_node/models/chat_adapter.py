@@ -169,7 +169,7 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
         positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
         out = self._lm(
             inputs_embeds=embeds,
-            position_ids=positions.to(self.device).view(1, -1),
+            position_ids=positions.to(self.device).view(1, -1).expand(embeds.shape[0], -1),  # every row alike
             past_key_values=cache,
             use_cache=True,
             videokv_observer=observer,
@@ -181,11 +181,13 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
 
     def _last_logits(self, out, n: int = 1) -> torch.Tensor:
         """(vocab,) logits of the last token, or (n, vocab) of the last ``n`` when ``n`` > 1; float32
-        (float64 for a float64 model, for parity tests)."""
+        (float64 for a float64 model, for parity tests). A batch of B > 1 rows (frames re-read at once,
+        memory/locate.py) keeps its leading dimension: (B, vocab) or (B, n, vocab)."""
         if n < 1:
             raise ValueError(f"n_logits must be >= 1, got {n}")
         hidden = out.last_hidden_state[:, -1] if n == 1 else out.last_hidden_state[:, -n:]
-        logits = self.model.lm_head(hidden)[0]
+        logits = self.model.lm_head(hidden)
+        logits = logits[0] if logits.shape[0] == 1 else logits
         return logits if logits.dtype == torch.float64 else logits.float()
 
     def query_modules(self) -> list[torch.nn.Module]:

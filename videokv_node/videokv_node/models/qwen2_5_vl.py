@@ -283,7 +283,7 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
         # leading row would only feed mask building, which the videokv attention does not use.
         out = self._lm(
             inputs_embeds=embeds,
-            position_ids=positions.to(self.device).reshape(3, 1, n),
+            position_ids=positions.to(self.device).reshape(3, 1, n).expand(3, embeds.shape[0], n),  # every row alike
             past_key_values=cache,
             use_cache=True,
             videokv_observer=observer,

@@ -35,9 +35,9 @@ shortlist's others best by the question's likelihood about each read alone (``me
 ``best_by_likelihood``: ``~/locate``'s re-ranking). Why: the mean key of a frame does not single out
 the frame a question names (SmolLM2's text needles: docs/BENCHMARKS.md, issue 15); the model's reading
 of one frame does when the question names its subject, and misleads when it does not ("What colour is
-the shape?" on videokv-tiny), which the kept share guards. Costs one short decoder forward per re-read
-block (N x ``retrieve_frames`` minus the kept), over the prompt sink and that block: bounded by N, not by
-the memory.
+the shape?" on videokv-tiny), which the kept share guards. Costs one short read per re-read block
+(N x ``retrieve_frames`` minus the kept; blocks of one size batched), over the prompt sink and that block:
+bounded by N, not by the memory.
 
 Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
