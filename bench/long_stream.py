@@ -21,7 +21,8 @@ for videokv-tiny) are fed to:
   ``paper`` (``memory/presets.py``) adds each seed's mechanisms and values except those the
   cell sets to fit the budget (``CELL_KEYS``: budget, window, retrieval counts, HERMES' chunk,
   TGV-KV's keep ratio, MuKV's counts, and ReKV's selection, which the row names: ``rekv``
-  per layer, ``rekv+shared`` one set for all layers): ReKV retrieving over all blocks with
+  per layer, ``rekv+shared`` one set for all layers, ``rekv+rerank`` that set's shortlist
+  re-read by the question's likelihood, ``memory.rekv.rerank``): ReKV retrieving over all blocks with
   the question's tokens and no recent window, StreamKV's mean-feature similarity, HERMES' schedule and live
   pseudo-queries.
 
