@@ -220,6 +220,7 @@ def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock]
         shape = tuple(block.layer_tokens(l) if per_layer[l] else 0 for l in range(n_layers))
         groups.setdefault((shape, next_pos), []).append(i)
     out = [0.0] * len(blocks)
+    picked = torch.tensor(cont, device=embeds.device)[:, None]  # the subject's tokens, where the logits are
     for (_, next_pos), members in groups.items():
         for at in range(0, len(members), REREAD_BATCH):
             rows = members[at:at + REREAD_BATCH]
@@ -230,7 +231,6 @@ def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock]
             logits = adapter.forward(embeds.expand(len(rows), -1, -1), adapter.text_positions(next_pos, len(feed)),
                                      DynamicCache(ddp_cache_data=layers), n_logits=len(cont))
             logits = logits.reshape(len(rows), len(cont), -1)
-            picked = torch.tensor(cont, device=logits.device)[:, None]
             for row, i in enumerate(rows):  # one row at a time in float64: (n, vocab) each
                 out[i] = float(torch.log_softmax(logits[row].double(), dim=-1).gather(1, picked).mean())
     return out
@@ -253,8 +253,6 @@ def best_by_likelihood(adapter, store, sink, policy, blocks: Sequence[FrameBlock
                        k: int) -> list[FrameBlock]:
     """The ``k`` of ``blocks`` with the best ``likelihood_scores`` (ties: the order given): a question's
     re-ranked retrieval (``memory.rekv.rerank``), each block read alone as ``~/locate`` re-ranks."""
-    if k <= 0 or not blocks:
-        return []
     scores = likelihood_scores(adapter, store, sink, policy, blocks, prompt, text)
     order = sorted(range(len(blocks)), key=lambda i: -scores[i])  # a stable sort: ties keep the order given
     return [blocks[i] for i in order[:k]]

@@ -96,9 +96,9 @@ class ReKVPolicy(MemoryPolicy):
             q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
             k = self.config.retrieve_frames
             ranked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank)))  # best first
-            if not rekv.rerank or len(ranked) <= k:
-                return QuestionSelection(fixed=recent + ranked[:k])
             keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
+            if not rekv.rerank or len(ranked) <= k or keep >= k:
+                return QuestionSelection(fixed=recent + ranked[:k])
             return QuestionSelection(fixed=recent + ranked[:keep], reread=ranked[keep:], reread_k=k - keep)
         return QuestionSelection(fixed=recent, pool_set=pool, k=self.config.retrieve_frames, query=rekv.query)
 
