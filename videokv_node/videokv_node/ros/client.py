@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import deque
 from typing import NamedTuple
 
@@ -16,12 +17,19 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from unique_identifier_msgs.msg import UUID
 from std_srvs.srv import Trigger
 from videokv_interfaces.action import AskVideo as AskVideoAction
 from videokv_interfaces.msg import MemoryStats
 from videokv_interfaces.srv import AskVideo, LoadMemory, Locate, SaveMemory
 
 from videokv_node.ros.conversions import ns_to_time
+
+
+FEEDBACK_DEPTH = 1000  # feedback messages this client queues per topic before the oldest is dropped
+FEEDBACK_QUIET_S = 0.2  # after the result: stop collecting feedback once none came for this long...
+FEEDBACK_DRAIN_S = 2.0  # ...or after this long in all
 
 
 class StreamedAnswer(NamedTuple):
@@ -57,6 +65,17 @@ class MemoryClient:
         self._load = self.node.create_client(LoadMemory, f"{node_name}/load_memory")
         self._locate = self.node.create_client(Locate, f"{node_name}/locate")
         self._ask_action = ActionClient(self.node, AskVideoAction, f"{node_name}/ask")
+        # The action's feedback read by a subscription of our own, not ActionClient's feedback
+        # callback: rclpy drops a goal's feedback callback as soon as its result arrives, and the
+        # result and feedback travel on different DDS entities, so on a loaded machine feedback
+        # published before the result could be lost. Same topic and QoS as rcl_action's
+        # (reliable, volatile); a deeper queue, so a slow client drops nothing.
+        self._feedback_sinks: dict[bytes, object] = {}  # goal uuid -> callback(feedback message)
+        self._feedback_lock = threading.Lock()
+        self.node.create_subscription(
+            AskVideoAction.Impl.FeedbackMessage, f"{node_name}/ask/_action/feedback", self._on_feedback,
+            QoSProfile(depth=FEEDBACK_DEPTH, reliability=ReliabilityPolicy.RELIABLE),
+        )
         self._stats: MemoryStats | None = None
         self.history: deque[MemoryStats] = deque(maxlen=history)  # every stats message, newest last
         self._stats_cond = threading.Condition()
@@ -71,6 +90,12 @@ class MemoryClient:
             self._executor.spin()
         except Exception:  # context shut down
             pass
+
+    def _on_feedback(self, msg) -> None:
+        with self._feedback_lock:
+            sink = self._feedback_sinks.get(bytes(msg.goal_id.uuid))
+        if sink is not None:  # another client's goal, or one this client finished with
+            sink(msg.feedback)
 
     def _on_stats(self, msg: MemoryStats) -> None:
         with self._stats_cond:
@@ -108,36 +133,58 @@ class MemoryClient:
         cancel_after_tokens: int = 0,
         timeout: float = 120.0,
     ) -> StreamedAnswer:
-        """Ask through the ``~/ask`` action; ``cancel_after_tokens`` > 0 cancels once that many tokens arrived."""
+        """Ask through the ``~/ask`` action; ``cancel_after_tokens`` > 0 cancels once that many tokens arrived.
+
+        The feedback list holds every feedback message of the goal that reached this client by
+        the result or within ``FEEDBACK_QUIET_S`` after it (at most ``FEEDBACK_DRAIN_S``): the
+        feedback published before the result can arrive after it.
+        """
         goal = _fill_question(AskVideoAction.Goal(), question, options, cameras, since_ns, until_ns, max_new_tokens)
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         texts: list[str] = []
         lock = threading.Lock()
+        arrived = threading.Condition(lock)
         handle = None  # set once the goal is accepted; feedback may arrive before that
         cancel_wanted = False
 
-        def on_feedback(msg) -> None:
+        def on_feedback(feedback) -> None:
             nonlocal cancel_wanted
-            texts.append(msg.feedback.text_so_far)
             with lock:
-                if cancel_after_tokens and msg.feedback.tokens >= cancel_after_tokens and not cancel_wanted:
+                texts.append(feedback.text_so_far)
+                arrived.notify_all()
+                if cancel_after_tokens and feedback.tokens >= cancel_after_tokens and not cancel_wanted:
                     cancel_wanted = True
                     if handle is not None:
                         handle.cancel_goal_async()
 
-        deadline = time.monotonic() + timeout
-        send = self._on_executor(lambda: self._ask_action.send_goal_async(goal, feedback_callback=on_feedback), deadline)
-        goal_handle = self._wait(send, deadline, "goal response")
-        if not goal_handle.accepted:
-            rejected = AskVideoAction.Result(success=False, message="goal rejected by the node (too many questions waiting)")
-            rejected.option_index = -1
-            return StreamedAnswer(rejected, texts, GoalStatus.STATUS_UNKNOWN)
-        with lock:
-            handle = goal_handle
-            cancel_now = cancel_wanted  # feedback asked for a cancel before the goal was accepted
-        if cancel_now:  # not under the lock: on_feedback takes it on the executor thread this waits for
-            self._on_executor(goal_handle.cancel_goal_async, deadline)
-        response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
-        return StreamedAnswer(response.result, texts, response.status)
+        key = bytes(goal_id.uuid)
+        with self._feedback_lock:
+            self._feedback_sinks[key] = on_feedback
+        try:
+            deadline = time.monotonic() + timeout
+            send = self._on_executor(lambda: self._ask_action.send_goal_async(goal, goal_uuid=goal_id), deadline)
+            goal_handle = self._wait(send, deadline, "goal response")
+            if not goal_handle.accepted:
+                rejected = AskVideoAction.Result(success=False, message="goal rejected by the node (too many questions waiting)")
+                rejected.option_index = -1
+                return StreamedAnswer(rejected, list(texts), GoalStatus.STATUS_UNKNOWN)
+            with lock:
+                handle = goal_handle
+                cancel_now = cancel_wanted  # feedback asked for a cancel before the goal was accepted
+            if cancel_now:  # not under the lock: on_feedback takes it on the executor thread this waits for
+                self._on_executor(goal_handle.cancel_goal_async, deadline)
+            response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
+            drain_end = time.monotonic() + FEEDBACK_DRAIN_S
+            with lock:
+                while True:
+                    seen = len(texts)
+                    left = min(FEEDBACK_QUIET_S, drain_end - time.monotonic())
+                    if left <= 0 or not arrived.wait_for(lambda: len(texts) > seen, left):
+                        break
+                return StreamedAnswer(response.result, list(texts), response.status)
+        finally:
+            with self._feedback_lock:
+                self._feedback_sinks.pop(key, None)
 
     def _on_executor(self, send, deadline: float):
         """Run ``send`` (an action request) on the executor's thread and return the future it gives.
