@@ -6,16 +6,21 @@
     ros2 launch videokv_node memory.launch.py policy:=streamkv question_stage:=tgvkv
     ros2 launch videokv_node memory.launch.py lifecycle:=true   # then: ros2 lifecycle set /videokv configure
     ros2 launch videokv_node memory.launch.py pose_topic:=/odom  # store the robot's pose with every frame
+    ros2 launch videokv_node memory.launch.py memory_dir:=/var/lib/videokv  # crash-safe: snapshots, restored at start
 
 The camera QoS comes from the params file (sensor_data by default, as in the
 node), so the launch default and the node default always agree. With
 lifecycle:=true the node starts unconfigured (a LifecycleNode action, so launch
 can emit and react to its transitions); a lifecycle manager or
-`ros2 lifecycle set` drives it. Every argument is documented in the README.
+`ros2 lifecycle set` drives it. With memory_dir:=DIR the memory survives a crash: a
+periodic snapshot into DIR every snapshot_period_s (node clock) and, at start, the newest
+good one restored (memory.snapshot_dir, memory.snapshot_period_s and memory.restore_on_start:
+latest; docs/OPERATIONS.md, "Running all day"). Left empty (the default) it sets none of
+them, so a params file's snapshot settings stand. Every argument is documented in the README.
 """
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.conditions import IfCondition, UnlessCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
@@ -40,8 +45,33 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (bag replay, simulation)"),
         DeclareLaunchArgument("lifecycle", default_value="false",
                               description="true: a managed (lifecycle) node, unconfigured until configure; false: the plain node"),
+        DeclareLaunchArgument("memory_dir", default_value="",
+                              description="crash-safe memory: periodic snapshots into this directory, the newest good one "
+                                          "restored at start; empty: the params file's snapshot settings (off by default)"),
+        DeclareLaunchArgument("snapshot_period_s", default_value="60.0",
+                              description="with memory_dir: seconds (node clock) between periodic snapshots"),
     ]
+    return LaunchDescription(args + [OpaqueFunction(function=_nodes)])
+
+
+def _nodes(context):
+    """The node, plain or lifecycle; the snapshot parameters only when memory_dir is given."""
     lifecycle = LaunchConfiguration("lifecycle")
+    overrides = {
+        "model": ParameterValue(LaunchConfiguration("model"), value_type=str),
+        "memory.policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
+        "memory.question_stage": ParameterValue(LaunchConfiguration("question_stage"), value_type=str),
+        "pose_topic": ParameterValue(LaunchConfiguration("pose_topic"), value_type=str),
+        "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
+        "lifecycle": ParameterValue(lifecycle, value_type=bool),
+    }
+    memory_dir = LaunchConfiguration("memory_dir").perform(context).strip()
+    if memory_dir:
+        overrides.update({
+            "memory.snapshot_dir": memory_dir,
+            "memory.snapshot_period_s": ParameterValue(LaunchConfiguration("snapshot_period_s"), value_type=float),
+            "memory.restore_on_start": "latest",
+        })
     # One description of the node; only the action type and its condition differ.
     node = dict(
         package="videokv_node",
@@ -50,20 +80,10 @@ def generate_launch_description() -> LaunchDescription:
         namespace=LaunchConfiguration("namespace"),
         output="screen",
         emulate_tty=True,
-        parameters=[
-            LaunchConfiguration("params_file"),
-            {
-                "model": ParameterValue(LaunchConfiguration("model"), value_type=str),
-                "memory.policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
-                "memory.question_stage": ParameterValue(LaunchConfiguration("question_stage"), value_type=str),
-                "pose_topic": ParameterValue(LaunchConfiguration("pose_topic"), value_type=str),
-                "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
-                "lifecycle": ParameterValue(lifecycle, value_type=bool),
-            },
-        ],
+        parameters=[LaunchConfiguration("params_file"), overrides],
         remappings=[("image", LaunchConfiguration("image_topic"))],
     )
-    return LaunchDescription(args + [
+    return [
         Node(condition=UnlessCondition(lifecycle), **node),
         LifecycleNode(condition=IfCondition(lifecycle), **node),
-    ])
+    ]

@@ -230,6 +230,10 @@ class _Recorded:
     def __repr__(self) -> str:
         return f"{type(self).__name__}{self.args}{self.kwargs}"
 
+    def perform(self, context: dict) -> str:
+        """As a LaunchConfiguration at launch time: its value in ``context`` (argument name -> text)."""
+        return context[self.args[0]]
+
 
 def _stub_module(name: str) -> types.ModuleType:
     """A module whose every attribute is a _Recorded subclass of that name (the same class each time)."""
@@ -254,11 +258,18 @@ def launch_description(monkeypatch):
     return description.args[0], sys.modules
 
 
+def _launched_nodes(entities, **arguments) -> list:
+    """The node actions the launch's OpaqueFunction gives for these launch arguments (memory_dir
+    defaults to its declared default, empty)."""
+    (opaque,) = [e for e in entities if type(e).__name__ == "OpaqueFunction"]
+    return opaque.kwargs["function"]({"memory_dir": "", **arguments})
+
+
 def test_launch_starts_the_plain_or_the_lifecycle_node_by_the_lifecycle_argument(launch_description):
     entities, modules = launch_description
     actions, conditions, substitutions = modules["launch_ros.actions"], modules["launch.conditions"], modules["launch.substitutions"]
     lifecycle = substitutions.LaunchConfiguration("lifecycle")
-    nodes = [e for e in entities if type(e).__name__ in ("Node", "LifecycleNode")]
+    nodes = _launched_nodes(entities)
     assert sorted(type(n).__name__ for n in nodes) == ["LifecycleNode", "Node"]
     plain = next(n for n in nodes if isinstance(n, actions.Node))
     managed = next(n for n in nodes if isinstance(n, actions.LifecycleNode))
@@ -275,6 +286,21 @@ def test_launch_starts_the_plain_or_the_lifecycle_node_by_the_lifecycle_argument
     assert overrides["use_sim_time"] == value_of(substitutions.LaunchConfiguration("use_sim_time"), value_type=bool)
     assert plain.kwargs["remappings"] == [("image", substitutions.LaunchConfiguration("image_topic"))]
     assert _keyword(_launch_arguments()["lifecycle"], "default_value") == str(parameter_table()["lifecycle"][2]).lower()
+
+
+def test_memory_dir_alone_turns_on_snapshots_and_restore(launch_description):
+    """Without memory_dir the launch sets no snapshot parameter (a params file's stand); with it,
+    the directory, the period (a float launch argument) and restore_on_start: latest."""
+    entities, modules = launch_description
+    value_of = modules["launch_ros.parameter_descriptions"].ParameterValue
+    period = value_of(modules["launch.substitutions"].LaunchConfiguration("snapshot_period_s"), value_type=float)
+    for memory_dir, expected in (("", {}), ("  ", {}), ("/var/lib/videokv", {
+            "memory.snapshot_dir": "/var/lib/videokv", "memory.snapshot_period_s": period, "memory.restore_on_start": "latest"})):
+        for node in _launched_nodes(entities, memory_dir=memory_dir):
+            overrides = node.kwargs["parameters"][1]
+            assert {k: v for k, v in overrides.items() if "snapshot" in k or "restore" in k} == expected, memory_dir
+    assert _keyword(_launch_arguments()["memory_dir"], "default_value") == ""
+    assert float(_keyword(_launch_arguments()["snapshot_period_s"], "default_value")) > 0
 
 
 def test_every_launch_argument_is_documented_in_the_readme(launch_description):

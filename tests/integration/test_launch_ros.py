@@ -167,3 +167,31 @@ def test_lifecycle_launch_driven_by_ros2_lifecycle_and_an_action_goal(ros2_env, 
     finally:
         out = launch.stop()
     assert_clean_exit(out)
+
+
+def test_memory_dir_snapshots_survive_a_killed_launch(ros2_env, tmp_path):
+    """memory_dir:= turns on periodic snapshots and restore-at-start: SIGKILL to the whole launch (power
+    loss), then the same command again restores the newest snapshot."""
+    mem = tmp_path / "mem"
+    args = ("model:=tiny", f"memory_dir:={mem}", "snapshot_period_s:=1.0")
+    first = Launch(ros2_env, tmp_path, *args)
+    try:
+        first.wait_for("active: ingesting frames and answering questions")
+        assert f"String value is: {mem}" in ros2(ros2_env, "param", "get", "/videokv", "memory.snapshot_dir").stdout
+        assert "latest" in ros2(ros2_env, "param", "get", "/videokv", "memory.restore_on_start").stdout
+        deadline = time.monotonic() + 120
+        while not list(mem.glob("auto-*/manifest.json")):
+            assert time.monotonic() < deadline, f"no periodic snapshot in {mem}:\n{first.output()}"
+            time.sleep(0.5)
+    finally:
+        os.killpg(first.proc.pid, signal.SIGKILL)  # no clean shutdown: no snapshot on the way out
+        first.proc.wait()
+        first._out.close()
+    (tmp_path / "again").mkdir()
+    second = Launch(ros2_env, tmp_path / "again", *args)
+    try:
+        second.wait_for("active: ingesting frames and answering questions")
+        assert f"memory restored from {mem}/auto-" in second.output(), second.output()
+    finally:
+        out = second.stop()
+    assert_clean_exit(out)
