@@ -41,6 +41,10 @@ without them, lost by the memory. (``full+tgvkv`` attends to the whole stream
 in its prefill and evicts after it, so its recall is that of ``full``: the column says
 nothing about it.)
 
+``--details FILE`` writes one JSON line per row and question (the stream, the question's type, the
+chosen and the right option, whether the needles were all attended, the needle stamps and the stamps
+of every frame attended in some layer): what a table's row counts, to read why it is right or wrong.
+
 ``--without full,ceiling,recency`` leaves those reference rows out: they depend on neither preset
 nor policy (``recency`` not on the preset), so a cell whose streams, lengths and seed match an
 earlier table's reads them there, at a fraction of the cost (``full`` is the dearest row at 320 frames).
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import shlex
@@ -105,6 +110,10 @@ class Row:
     token_share: list[float] = field(default_factory=list)  # mean per-layer share of the needles' tokens attended
     touched: list[float] = field(default_factory=list)  # frames with any token attended, mean over layers
     ttft_s: list[float] = field(default_factory=list)
+    details: list[dict] = field(default_factory=list)  # per question, for --details
+
+
+MERGED = ("correct", "all_needles", "layer_recall", "token_share", "touched", "ttft_s", "details")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -149,7 +158,10 @@ def ask_all(engine: VideoMemoryEngine, stream, row: Row) -> None:
     for q in stream.questions:
         answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
         needles = [round(s * 1e9) for s in q.evidence_stamps]
-        any_layer, layers = needle_recall(needles, [e.stamp_ns for e in answer.evidence], engine.last_layer_stamps)
+        attended = sorted({e.stamp_ns for e in answer.evidence})
+        any_layer, layers = needle_recall(needles, attended, engine.last_layer_stamps)
+        row.details.append(dict(row=row.label, stream=stream.video_id, question=q.question, type=q.question_type,
+                                chosen=answer.option_index, answer=q.answer, needles=needles, attended=attended))
         row.correct.append(answer.option_index == q.answer)
         row.all_needles.append(any_layer == 1.0)
         row.layer_recall.append(layers if layers is not None else any_layer)
@@ -221,7 +233,7 @@ def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies
     merged = results[0]
     for rows in results[1:]:
         for into, row in zip(merged, rows, strict=True):
-            for name in ("correct", "all_needles", "layer_recall", "token_share", "touched", "ttft_s"):
+            for name in MERGED:
                 getattr(into, name).extend(getattr(row, name))
     return merged
 
@@ -289,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without", default="", help=f"comma-separated reference rows to leave out ({', '.join(REFERENCE_ROWS)}): "
                         "read them in an earlier table of the same streams")
     parser.add_argument("--out", default="docs/BENCHMARKS.md", help="markdown file to update; '-' prints the section")
+    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
     args = parser.parse_args(argv)
     visual = args.model.startswith("videokv-tiny")
     lengths = tuple(int(x) for x in (args.lengths or ",".join(map(str, VISUAL_LENGTHS if visual else LENGTHS))).split(","))
@@ -325,6 +338,13 @@ def main(argv: list[str] | None = None) -> int:
                 load_end=os.getloadavg(), model=args.model, device=args.device, presets=", ".join(f"`{p}`" for p in presets), streams=n_streams, questions=len(first.correct),
                 title="videokv-tiny, visual needles" if visual else "SmolLM2, text needles")
     section = render(results, info)
+    if args.details:
+        with open(args.details, "w") as f:
+            for n, rows in results.items():
+                for r in rows:
+                    for d in r.details:
+                        f.write(json.dumps(dict(frames=n, **d)) + "\n")
+        log(f"per-question details written to {args.details}")
     if args.out == "-":
         print(section)
     else:

@@ -90,3 +90,28 @@ def test_without_leaves_the_reference_rows_out_and_the_others_unchanged(capsys):
     assert kept == every[2:]
     with pytest.raises(SystemExit):
         long_stream.main(["--model", "tiny-text", "--without", "oracle", "--out", "-"])
+
+
+def test_details_hold_one_line_per_row_and_question_that_add_up_to_the_table(tmp_path, capsys):
+    """``--details``: every row's questions, from both workers; right answers and attended needles
+    counted from the lines equal the table's columns, and ``full`` attends every frame of the stream."""
+    import json
+
+    details = tmp_path / "details.jsonl"
+    assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "2", "--policies", "rekv",
+                             "--budgets", "0.3", "--workers", "2", "--out", "-", "--details", str(details)]) == 0
+    out = capsys.readouterr().out
+    lines = [json.loads(line) for line in details.read_text().splitlines()]
+    by_row: dict[str, list[dict]] = {}
+    for d in lines:
+        by_row.setdefault(d["row"], []).append(d)
+    assert sorted(by_row) == sorted(["full", "ceiling (needles + 4 distractors)", "recency @ 30%", "rekv @ 30%"])
+    streams = make_streams(2, 10, seed=0)
+    for label, ds in by_row.items():
+        assert len(ds) == 16 and {d["stream"] for d in ds} == {s.video_id for s in streams} and {d["frames"] for d in ds} == {10}
+        cells = next(line for line in out.splitlines() if line.startswith(f"| {label} |")).split("|")[1:-1]
+        right = sum(d["chosen"] == d["answer"] for d in ds)
+        attended = sum(set(d["needles"]) <= set(d["attended"]) for d in ds)
+        assert cells[2].strip().startswith(f"{right}/16") and cells[3].strip() == f"{attended}/16", (label, cells)
+    frames = {s.video_id: [f.stamp_ns for f in stream_frames(s)] for s in streams}
+    assert all(d["attended"] == frames[d["stream"]] for d in by_row["full"])
