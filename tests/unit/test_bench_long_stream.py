@@ -62,18 +62,45 @@ def test_smoke_run_with_both_presets(capsys):
         assert row in out
 
 
-def test_workers_give_the_rows_of_one_process(capsys):
+def test_workers_give_the_rows_of_one_process(capsys, tmp_path):
     """Streams dealt to two processes and merged: the same counts as one process (TTFT aside),
-    the rekv+shared rows (bench/accuracy.py's pseudo-policy) included."""
-    def rows(workers: int) -> list[str]:
+    the rekv+shared rows (bench/accuracy.py's pseudo-policy) included; ``--details`` holds both
+    workers' questions (``check_details``)."""
+    def rows(workers: int, *extra: str) -> list[str]:
         assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "3", "--policies", "rekv,rekv+shared",
-                                 "--budgets", "0.3", "--workers", str(workers), "--out", "-"]) == 0
+                                 "--budgets", "0.3", "--workers", str(workers), "--out", "-", *extra]) == 0
         lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "@" in line or line.startswith("| full")]
         return [line.rsplit("|", 2)[0] for line in lines]  # without the TTFT column
 
     one = rows(1)
     assert [line.split("|")[1].strip() for line in one] == ["full", "recency @ 30%", "rekv @ 30%", "rekv+shared @ 30%"]
-    assert one == rows(2)
+    details = tmp_path / "details.jsonl"
+    two = rows(2, "--details", str(details))
+    assert one == two
+    check_details(details, two, make_streams(3, 10, seed=0))
+
+
+def check_details(path, table_rows: list[str], streams) -> None:
+    """One line per row and question, every stream's, adding up to the table: right answers and
+    attended needles counted from the lines equal its columns; ``full`` attends every frame."""
+    import json
+
+    by_row: dict[str, list[dict]] = {}
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        by_row.setdefault(d["row"], []).append(d)
+    assert sorted(by_row) == sorted(["full", "ceiling (needles + 4 distractors)", "recency @ 30%", "rekv @ 30%", "rekv+shared @ 30%"])
+    n = 8 * len(streams)
+    for label, ds in by_row.items():
+        assert len(ds) == n and {d["stream"] for d in ds} == {s.video_id for s in streams} and {d["frames"] for d in ds} == {10}
+        if label.startswith("ceiling"):
+            continue  # not among the rows the caller kept
+        cells = next(line for line in table_rows if line.startswith(f"| {label} |")).split("|")[1:-1]
+        right = sum(d["chosen"] == d["answer"] for d in ds)
+        attended = sum(set(d["needles"]) <= set(d["attended"]) for d in ds)
+        assert cells[2].strip().startswith(f"{right}/{n}") and cells[3].strip() == f"{attended}/{n}", (label, cells)
+    frames = {s.video_id: [f.stamp_ns for f in stream_frames(s)] for s in streams}
+    assert all(d["attended"] == frames[d["stream"]] for d in by_row["full"])
 
 
 def test_without_leaves_the_reference_rows_out_and_the_others_unchanged(capsys):
@@ -91,27 +118,3 @@ def test_without_leaves_the_reference_rows_out_and_the_others_unchanged(capsys):
     with pytest.raises(SystemExit):
         long_stream.main(["--model", "tiny-text", "--without", "oracle", "--out", "-"])
 
-
-def test_details_hold_one_line_per_row_and_question_that_add_up_to_the_table(tmp_path, capsys):
-    """``--details``: every row's questions, from both workers; right answers and attended needles
-    counted from the lines equal the table's columns, and ``full`` attends every frame of the stream."""
-    import json
-
-    details = tmp_path / "details.jsonl"
-    assert long_stream.main(["--model", "tiny-text", "--lengths", "10", "--streams", "2", "--policies", "rekv",
-                             "--budgets", "0.3", "--workers", "2", "--out", "-", "--details", str(details)]) == 0
-    out = capsys.readouterr().out
-    lines = [json.loads(line) for line in details.read_text().splitlines()]
-    by_row: dict[str, list[dict]] = {}
-    for d in lines:
-        by_row.setdefault(d["row"], []).append(d)
-    assert sorted(by_row) == sorted(["full", "ceiling (needles + 4 distractors)", "recency @ 30%", "rekv @ 30%"])
-    streams = make_streams(2, 10, seed=0)
-    for label, ds in by_row.items():
-        assert len(ds) == 16 and {d["stream"] for d in ds} == {s.video_id for s in streams} and {d["frames"] for d in ds} == {10}
-        cells = next(line for line in out.splitlines() if line.startswith(f"| {label} |")).split("|")[1:-1]
-        right = sum(d["chosen"] == d["answer"] for d in ds)
-        attended = sum(set(d["needles"]) <= set(d["attended"]) for d in ds)
-        assert cells[2].strip().startswith(f"{right}/16") and cells[3].strip() == f"{attended}/16", (label, cells)
-    frames = {s.video_id: [f.stamp_ns for f in stream_frames(s)] for s in streams}
-    assert all(d["attended"] == frames[d["stream"]] for d in by_row["full"])
