@@ -28,8 +28,8 @@ from videokv_node.ros.conversions import ns_to_time
 
 
 FEEDBACK_DEPTH = 1000  # feedback messages this client queues per topic before the oldest is dropped
-FEEDBACK_QUIET_S = 0.2  # after the result: stop collecting feedback once none came for this long...
-FEEDBACK_DRAIN_S = 2.0  # ...or after this long in all
+FEEDBACK_QUIET_S = 0.5  # after the result, unless the last feedback is the answer: stop once none came for this long...
+FEEDBACK_DRAIN_S = 3.0  # ...or after this long in all
 
 
 class StreamedAnswer(NamedTuple):
@@ -135,9 +135,11 @@ class MemoryClient:
     ) -> StreamedAnswer:
         """Ask through the ``~/ask`` action; ``cancel_after_tokens`` > 0 cancels once that many tokens arrived.
 
-        The feedback list holds every feedback message of the goal that reached this client by
-        the result or within ``FEEDBACK_QUIET_S`` after it (at most ``FEEDBACK_DRAIN_S``): the
-        feedback published before the result can arrive after it.
+        The feedback list holds the goal's feedback messages in order: the feedback published
+        before the result can arrive after it, so after the result this waits until a feedback
+        message holds the whole answer (its text, stripped, is the result's answer: the node's last
+        feedback of a succeeded goal), or else, for a canceled or refused goal, until none came for
+        ``FEEDBACK_QUIET_S``; ``FEEDBACK_DRAIN_S`` at most either way.
         """
         goal = _fill_question(AskVideoAction.Goal(), question, options, cameras, since_ns, until_ns, max_new_tokens)
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
@@ -174,11 +176,12 @@ class MemoryClient:
             if cancel_now:  # not under the lock: on_feedback takes it on the executor thread this waits for
                 self._on_executor(goal_handle.cancel_goal_async, deadline)
             response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
+            answer = response.result.answer if response.result.success else None
             drain_end = time.monotonic() + FEEDBACK_DRAIN_S
             with lock:
-                while True:
+                while not (answer is not None and texts and texts[-1].strip() == answer):
                     seen = len(texts)
-                    left = min(FEEDBACK_QUIET_S, drain_end - time.monotonic())
+                    left = min(FEEDBACK_DRAIN_S if answer is not None else FEEDBACK_QUIET_S, drain_end - time.monotonic())
                     if left <= 0 or not arrived.wait_for(lambda: len(texts) > seen, left):
                         break
                 return StreamedAnswer(response.result, list(texts), response.status)
