@@ -176,7 +176,8 @@ class MemoryClient:
             if cancel_now:  # not under the lock: on_feedback takes it on the executor thread this waits for
                 self._on_executor(goal_handle.cancel_goal_async, deadline)
             response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
-            answer = response.result.answer if response.result.success else None
+            # The answer the last feedback will hold; None (wait for quiet) when refused, canceled or empty.
+            answer = response.result.answer if response.result.success and response.result.answer else None
             drain_end = time.monotonic() + FEEDBACK_DRAIN_S
             with lock:
                 while not (answer is not None and texts and texts[-1].strip() == answer):
