@@ -87,6 +87,12 @@ class Launch:
             assert time.monotonic() < deadline, f"no {text!r} after {timeout} s:\n{self.output()}"
             time.sleep(0.25)
 
+    def kill(self) -> None:
+        """SIGKILL to the launch and everything it started (one process group), as a power loss would."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._out.close()
+
     def stop(self) -> str:
         """Ctrl-C to the launch, as a user does; returns the whole output once everything exited."""
         if self.proc.poll() is None:
@@ -184,9 +190,7 @@ def test_memory_dir_snapshots_survive_a_killed_launch(ros2_env, tmp_path):
             assert time.monotonic() < deadline, f"no periodic snapshot in {mem}:\n{first.output()}"
             time.sleep(0.5)
     finally:
-        os.killpg(first.proc.pid, signal.SIGKILL)  # no clean shutdown: no snapshot on the way out
-        first.proc.wait()
-        first._out.close()
+        first.kill()  # no clean shutdown: no snapshot on the way out
     (tmp_path / "again").mkdir()
     second = Launch(ros2_env, tmp_path / "again", *args)
     try:
