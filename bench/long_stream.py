@@ -41,9 +41,10 @@ without them, lost by the memory. (``full+tgvkv`` attends to the whole stream
 in its prefill and evicts after it, so its recall is that of ``full``: the column says
 nothing about it.)
 
-``--details FILE`` writes one JSON line per row and question (the stream, the question's type, the
-chosen and the right option, whether the needles were all attended, the needle stamps and the stamps
-of every frame attended in some layer): what a table's row counts, to read why it is right or wrong.
+``--details FILE`` writes one JSON line per row and question (the stream, the question and its type,
+the chosen and the right option, the needle stamps and the stamps of every frame attended in some
+layer: every needle attended when the first lie within the second): what a table's row counts, to
+read why it is right or wrong.
 
 ``--without full,ceiling,recency`` leaves those reference rows out: they depend on neither preset
 nor policy (``recency`` not on the preset), so a cell whose streams, lengths and seed match an
