@@ -3,6 +3,8 @@ on the random-weight text model (its accuracy means nothing; the plumbing and re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench import long_stream
@@ -83,8 +85,6 @@ def test_workers_give_the_rows_of_one_process(capsys, tmp_path):
 def check_details(path, table_rows: list[str], streams) -> None:
     """One line per row and question, every stream's, adding up to the table: right answers and
     attended needles counted from the lines equal its columns; ``full`` attends every frame."""
-    import json
-
     by_row: dict[str, list[dict]] = {}
     for line in path.read_text().splitlines():
         d = json.loads(line)
@@ -117,4 +117,3 @@ def test_without_leaves_the_reference_rows_out_and_the_others_unchanged(capsys):
     assert kept == every[2:]
     with pytest.raises(SystemExit):
         long_stream.main(["--model", "tiny-text", "--without", "oracle", "--out", "-"])
-
