@@ -11,12 +11,13 @@ array here as in the node.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.rosbag2.metadata import Qos
 from rosbags.typesys import Stores, get_typestore
 
 from videokv_node.ingest.image_decode import (
@@ -143,8 +144,14 @@ def image_message(rgb: np.ndarray, stamp_ns: int, frame_id: str = "camera", comp
                         is_bigendian=int(f["is_bigendian"]), step=f["step"], data=np.frombuffer(f["data"], np.uint8))
 
 
-def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]], storage: str = "mcap") -> int:
-    """Write (topic, bag_time_ns, rosbags message) as a new rosbag2 directory, in the order given; returns the count."""
+def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]], storage: str = "mcap",
+                   qos: Mapping[str, Sequence[Qos]] | None = None) -> int:
+    """Write (topic, bag_time_ns, rosbags message) as a new rosbag2 directory, in the order given; returns the count.
+
+    ``qos``: a topic's offered QoS profiles, recorded in the bag's metadata as ``ros2 bag record``
+    does; ``ros2 bag play`` publishes with them (/tf_static must be transient local, or a node
+    started after its one message never sees it). Other topics get rosbag2's defaults.
+    """
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
     path = Path(path)
@@ -158,7 +165,8 @@ def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]]
             for topic, t_ns, msg in messages:
                 msgtype = msg.__msgtype__
                 if topic not in conns:
-                    conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE)
+                    conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE,
+                                                         offered_qos_profiles=(qos or {}).get(topic, ()))
                 writer.write(conns[topic], int(t_ns), TYPESTORE.serialize_cdr(msg, msgtype))
                 count += 1
         _rename_bag(partial, path)
