@@ -159,11 +159,13 @@ def _draw(rgb: np.ndarray, sign: Sign) -> np.ndarray:
 
 
 class Footage:
-    """The camera's pictures at any time of the drive (clips decoded once, at the bag's size)."""
+    """The camera's pictures at any time of the drive's first ``seconds`` (clips decoded once, at the bag's size)."""
 
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, seconds: float) -> None:
         self.width, self.height = width, height
-        self._clips = {(p.clip, p.pan): _decode(p.clip, width, height, crop=not p.pan) for p in PHASES}
+        starts = np.cumsum([0.0] + [p.seconds for p in PHASES])
+        self._clips = {(p.clip, p.pan): _decode(p.clip, width, height, crop=not p.pan)
+                       for p, t in zip(PHASES, starts) if t < seconds}
 
     def frame(self, t_s: float) -> np.ndarray:
         phase, progress = phase_at(t_s)
@@ -269,7 +271,7 @@ def messages(width: int, height: int, camera_hz: float, seconds: float) -> Itera
     """(topic, bag time = header stamp, message) in bag time order; tf and odometry before a frame at the same time."""
     tf_msg = TYPESTORE.types["tf2_msgs/msg/TFMessage"]
     yield "/tf_static", START_NS, tf_msg(transforms=[_transform(START_NS, *s) for s in STATIC])
-    footage = Footage(width, height)
+    footage = Footage(width, height, seconds)
     cams = iter(camera_stamps_s(camera_hz, seconds))
     cam = next(cams, None)
     for k in range(int(seconds * ODOM_HZ) + 1):
