@@ -9,7 +9,9 @@ questions go through the node's ``~/ask`` service. The bag's odometry, tf and ca
 (``ImageBag.relay``) are republished unchanged in their place in the stream, as ``ros2 bag
 play`` would (``/tf_static`` transient local), so the node's ``pose_topic`` or tf lookups
 give the answers' evidence poses; a topic whose message type this Python cannot import is
-not relayed (``report`` lists it).
+not relayed (``report`` lists it). Relayed messages go at most ``RELAY_RATE`` times real time:
+the node's pose subscription is best effort (as odometry is), and a burst faster than the node
+drains it loses poses (the robot bag at full speed: the frames of its first 12 s got none).
 
 Ordering is exact at any speed: this side runs the node's own admission (decode,
 then ``FrameSampler`` on header stamps, same settings), so it knows how many frames
@@ -46,6 +48,7 @@ REPLAY_PARAMS = {
     "question_timeout_s": 3600.0,
     "use_sim_time": False,
 }
+RELAY_RATE = 4.0  # x real time at most, between two relayed messages (bag time over wall time)
 
 
 class RosTarget:
@@ -92,6 +95,7 @@ class RosTarget:
         self._clock = self.player.create_publisher(Clock, "/clock", 10)
         self._Clock = Clock
         self._relay, self.not_relayed = _relay_publishers(self.player, relay or {})
+        self._last_relay: tuple[float, int] | None = None  # (monotonic s, bag time ns) of the last relayed message
         # Relayed topics the node reads (its pose source): wait until it subscribed, or the first poses are lost.
         pose_topic = "/" + str(node_params.get("pose_topic", "")).lstrip("/")
         tf = node_params.get("pose_source") == "tf"
@@ -141,8 +145,15 @@ class RosTarget:
     def relay(self, message: BagMessage) -> None:
         """Republish a recorded odometry, tf or camera_info message unchanged (the CDR bytes as recorded)."""
         pub = self._relay.get(message.topic)
-        if pub is not None:
-            pub.publish(message.raw)
+        if pub is None:
+            return
+        if self._last_relay is not None:  # paced from the previous one: never a burst to catch up after a wait
+            wall, bag_ns = self._last_relay
+            delay = wall + (message.bag_time_ns - bag_ns) / NS_PER_S / RELAY_RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        pub.publish(message.raw)
+        self._last_relay = (time.monotonic(), message.bag_time_ns)
 
     def settle(self) -> None:
         """Return once the node has encoded every frame it admitted so far."""
