@@ -4,6 +4,8 @@
 #   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
 #   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
+#   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
+#                       questions: bags/robot and bags/robot.json (BAG=DIR to write elsewhere; docs/OPERATIONS.md)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
@@ -38,7 +40,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options clean distclean
+.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -52,6 +54,12 @@ test: build
 
 docs:
 	. ./env.sh && python -m videokv_node.parameters_doc
+
+# Deterministic: the same bytes every time, so an old one is simply replaced.
+BAG ?= bags/robot
+bag: setup
+	rm -rf $(BAG) && mkdir -p $(dir $(BAG))
+	. ./env.sh && python -m videokv_node.eval.make_bag --robot --out $(BAG) --questions $(BAG).json
 
 demo: build
 	. ./env.sh && python -m videokv_node.ros.demo --model $(MODEL) --policy $(POLICY)
