@@ -80,7 +80,8 @@ def test_preset_defaults_and_the_eval_path_agree_with_the_node_mapping():
     assert defaults_for({})["memory.budget_tokens"] == 16384
     settings = engine_settings({"memory.preset": "paper", "memory.policy": "hermes", "memory.hermes.chunk_frames": 4})
     assert settings.memory.budget_tokens == 4096 and settings.memory.hermes.chunk_frames == 4
-    assert known_parameters() == set(model_defaults()) | {n for n in parameters() if n.startswith(("sample_", "memory.", "max_new", "answer."))}
+    assert known_parameters() == set(model_defaults()) | {n for n in parameters() if n.startswith(("sample_", "memory.", "max_new", "answer."))} | {
+        n for n in parameters(("pose",))}  # poses: passed on to the node (--via ros), not read by the engine
 
 
 def test_the_eval_cli_takes_the_node_model_defaults():
