@@ -20,6 +20,10 @@
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
 #   make bench-options  videokv-tiny's multiple choice with options worded as planners word them, under the
 #                       node's default memory, objects drawn by OpenCV (about 7 minutes)
+#   make bench-hour     a robot's hour: every policy on 1,800-frame streams of real footage (clips and photographs
+#                       composed into moving and still stretches and revisits), accuracy by question kind, needle
+#                       recall, ~/locate, TTFT, ingest and bytes (robot preset: about 1 h on 2 CPU cores;
+#                       HOUR_FRAMES=600,3600 PRESETS=paper for the other cells; docs/bench/hour.md)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
@@ -40,7 +44,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options clean distclean
+.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -84,6 +88,13 @@ bench-long: build
 FRAMES ?= 10000
 bench-scaling: build
 	. ./env.sh && OMP_NUM_THREADS=1 nice -n 10 python -m bench.scaling --frames $(FRAMES)
+
+HOUR_FRAMES ?= 1800
+PRESETS ?= robot
+HOUR_WORKERS ?= 2
+bench-hour: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.hour --frames $(HOUR_FRAMES) --presets $(PRESETS) --workers $(HOUR_WORKERS)
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things
