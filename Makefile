@@ -5,7 +5,7 @@
 #   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
-#   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
+#   make bench          the engine parts, the memory policies and the vision backends (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
@@ -21,6 +21,10 @@
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
+#
+# Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
+# bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
+# hand-written front page that links them (its headline rows are copied from those pages by hand).
 #
 # On a robot with ROS 2 from apt, see docs/OPERATIONS.md instead (colcon build in ros2_ws).
 
