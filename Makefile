@@ -7,7 +7,7 @@
 #   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
 #                       questions: bags/robot and bags/robot.json (BAG=DIR to write elsewhere; docs/OPERATIONS.md)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
-#   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
+#   make bench          the engine parts, the memory policies and the vision backends (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
@@ -27,6 +27,10 @@
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
+#
+# Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
+# bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
+# hand-written front page that links them (its headline rows are copied from those pages by hand).
 #
 # On a robot with ROS 2 from apt, see docs/OPERATIONS.md instead (colcon build in ros2_ws).
 
