@@ -37,7 +37,7 @@ import torch
 
 from bench import report
 from bench.accuracy import POLICIES, load_model
-from bench.hour_report import MARKERS, render
+from bench.hour_report import DOC, MARKERS, render
 from bench.hour_rows import SHARED_BUDGET_ROWS, CachedVision, Row, engine_bytes, group_recall, plan_rows, replace_budget, row_config
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="robot")
     parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, full, recency, default")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
-    parser.add_argument("--out", default="docs/bench/hour.md", help="markdown file to update; '-' prints the section")
+    parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
     budgets = tuple(float(b) for b in args.budgets.split(","))
     policies = tuple(p for p in args.policies.split(",") if p)

@@ -5,10 +5,9 @@ seen by then) and after the last frame. Kinds (``KINDS``):
 
 - ``colour``: "Which colour did the <shape> have?" (4 colours; chance 1/4);
 - ``shape``: "What shape was the <colour> thing?" (3 shapes; 1/3);
-- ``number``: "Which of these numbers did you see?" (the number and 3 never shown; 1/4);
 - ``order``: "Which did you see first, X or Y?" (2 options; 1/2), by first appearance;
 - ``after``: "What did you see right after X?" (the next thing shown after X's first appearance and 3
-  others; 1/4);
+  other coloured shapes; 1/4);
 - ``count``: "How many times did you see X?" (once, twice, three times, four times; 1/4), X shown 1-3 times.
 
 And per thing seen, a ``~/locate`` query ("the red circle") whose truth is its appearances; "when
@@ -28,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from videokv_node.eval.hour_stream import Appearance, HourStream
-from videokv_node.tinyvlm.scenes import COLOURS, DIGITS, SHAPES
+from videokv_node.tinyvlm.scenes import COLOURS, SHAPES
 
-KINDS = ("colour", "shape", "number", "order", "after", "count")
+KINDS = ("colour", "shape", "order", "after", "count")
 COUNT_WORDS = ("once", "twice", "three times", "four times")
 
 
@@ -76,23 +75,19 @@ def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, 
     out = []
     for t in seen:
         thing, apps = stream.things[t], stream.appearances_of(t, before)
-        last = apps[-1:]  # the latest showing is enough to tell its colour, shape or number
-        if thing.digit:
-            out.append(_mc(rng, "Which of these numbers did you see?", thing.digit,
-                           [d for d in DIGITS if all(o.digit != d for o in stream.things)] + [thing.digit],
-                           "number", ask_after, last, thing.subject))
-        else:
-            out.append(_mc(rng, f"Which colour did the {thing.shape} have?", thing.colour, list(COLOURS), "colour",
-                           ask_after, last, thing.subject))
-            out.append(_mc(rng, f"What shape was the {thing.colour} thing?", thing.shape, list(SHAPES), "shape",
-                           ask_after, last, thing.subject))
+        last = apps[-1:]  # the latest showing is enough to tell its colour or shape
+        out.append(_mc(rng, f"Which colour did the {thing.shape} have?", thing.colour, list(COLOURS), "colour",
+                       ask_after, last, thing.subject))
+        out.append(_mc(rng, f"What shape was the {thing.colour} thing?", thing.shape, list(SHAPES), "shape",
+                       ask_after, last, thing.subject))
     if not full:
         return out
     firsts = [(stream.appearances_of(t, before)[0], t) for t in seen]  # (first appearance, thing)
     firsts.sort(key=lambda p: p[0].frames[0])
     names = [stream.things[t].name for t in range(len(stream.things))]
-    for _ in range(2):  # two order questions on distinct pairs
-        i, j = sorted(int(v) for v in rng.choice(len(firsts), 2, replace=False))
+    pairs = [(i, j) for i in range(len(firsts)) for j in range(i + 1, len(firsts))]
+    for p in rng.choice(len(pairs), min(2, len(pairs)), replace=False):  # two order questions on distinct pairs
+        i, j = pairs[int(p)]
         (ai, ti), (aj, tj) = firsts[i], firsts[j]
         pair = [names[ti], names[tj]]
         flip = bool(rng.random() < 0.5)
@@ -103,8 +98,9 @@ def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, 
     k = int(rng.integers(len(firsts) - 1))
     first_x, tx = firsts[k]
     nxt = next(a for a in order if a.frames[0] > first_x.frames[-1] and a.thing != tx)
+    every = [f"{c} {s}" for c in COLOURS for s in SHAPES]  # the stream's others and shapes never shown
     out.append(_mc(rng, f"What did you see right after the {names[tx]}?", names[nxt.thing],
-                   [n for i, n in enumerate(names) if i != tx], "after", ask_after, [first_x, nxt],
+                   [n for n in every if n != names[tx]], "after", ask_after, [first_x, nxt],
                    stream.things[tx].subject))
     counted = max(seen, key=lambda t: (len(stream.appearances_of(t, before)), -t))
     if rng.random() < 0.5:  # sometimes a thing seen once, so 'once' is an answer too

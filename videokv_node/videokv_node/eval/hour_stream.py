@@ -8,9 +8,13 @@ and photographs into shots that look like a robot's day:
   over a photograph;
 - **still** stretches: one view for 1 to 10 minutes, with fresh sensor noise in every frame;
 - **revisits**: an earlier shot's place again, later, seen a little shifted;
-- **things** (the needles): coloured shapes and numbers on a card, drawn into the footage
-  (what ``videokv-tiny`` names, docs/MODELS.md), each shown in 1 to 3 consecutive sampled frames,
-  once, or two or three times minutes apart.
+- **things** (the needles): three coloured shapes drawn into the footage (what ``videokv-tiny``
+  names, docs/MODELS.md), each shown in 1 to 3 consecutive sampled frames, once, or two or three
+  times minutes apart. Large (a side of 50-70% of the frame's height): drawn at 30-45% the model
+  named the colour of 6 of 13 and the shape of 9 of 13 from the frame alone, at 50-70% 8 and 11 of
+  13 (3 streams, 2026-11-27). Numbers are not among them: printed on a card in the footage, the
+  model read 2 or 3 of 11, chance (on a card or not, at either size), so a question about one
+  would measure the reading, not the memory.
 
 Everything comes from one ``numpy`` Generator per stream (``make_hour_stream(seed=...)``): the
 same seed and library give the same pixels everywhere. Frames are made on demand (``frame(i)``),
@@ -23,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
 from videokv_node.eval.footage import FootageLibrary, sensor_noise, view
-from videokv_node.tinyvlm.scenes import COLOURS, DIGITS, SHAPES
+from videokv_node.tinyvlm.scenes import COLOURS, SHAPES
 
 CAMERA_SIZE = (640, 480)  # (width, height) of a frame
 PERIOD_S = 2.0  # the node's default sample_fps 0.5
@@ -34,10 +38,7 @@ STILL_FRAMES = (30, 300)  # 1 to 10 minutes at PERIOD_S
 MOVING_FRAMES = (15, 90)  # half a minute to 3 minutes
 NOISE_SIGMA = (1.5, 4.0)  # sensor noise, grey levels
 REVISIT_SHARE = 0.25  # share of shots (after the first few) that return to an earlier place
-THING_SIDE = (0.30, 0.45)  # a shape's side, or a card's height, as a share of the frame's height
-FONT_FILE = "DejaVuSans-Bold.ttf"
-CARD = False
-SHAPE_ON_CARD = 0.7
+THING_SIDE = (0.50, 0.70)  # a shape's side as a share of the frame's height (module doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +58,15 @@ class Shot:
 
 @dataclass(frozen=True, slots=True)
 class Thing:
-    """Something a planner asks about: a coloured shape, or a number on a card."""
+    """Something a planner asks about: a coloured shape."""
 
-    colour: str = ""  # shapes: a key of COLOURS
-    shape: str = ""  # shapes: one of SHAPES
-    digit: str = ""  # numbers: one of DIGITS
+    colour: str  # a key of COLOURS
+    shape: str  # one of SHAPES
 
     @property
     def name(self) -> str:
-        """As options and answers name it: 'red circle', 'number 7'."""
-        return f"number {self.digit}" if self.digit else f"{self.colour} {self.shape}"
+        """As options and answers name it: 'red circle'."""
+        return f"{self.colour} {self.shape}"
 
     @property
     def subject(self) -> str:
@@ -124,35 +124,21 @@ class HourStream:
         return rgb
 
 
-def _font(size: int):
-    try:
-        return ImageFont.truetype(FONT_FILE, size)
-    except OSError:  # no DejaVu here: Pillow's own scalable font (Pillow >= 10.1)
-        return ImageFont.load_default(size)
-
 
 def draw_thing(rgb: np.ndarray, thing: Thing, at: Appearance, rng: np.random.Generator) -> np.ndarray:
-    """``rgb`` with ``thing`` drawn at ``at``: a filled shape in its colour (jittered), or a dark number on a
-    light card, as the renderer of videokv-tiny's training draws them (tinyvlm/render.py)."""
+    """``rgb`` with ``thing`` drawn at ``at``: a filled shape in its colour (jittered), as the renderer of
+    videokv-tiny's training draws them (tinyvlm/render.py)."""
     img = Image.fromarray(rgb)
     draw = ImageDraw.Draw(img)
     h = img.height
     x, y, r = at.x * img.width, at.y * h, at.side * h / 2
-    if thing.digit or CARD:
-        card = tuple(int(v) for v in 225 + rng.integers(-15, 16, 3))
-        draw.rectangle((x - 0.8 * r, y - r, x + 0.8 * r, y + r), fill=card)
-    if thing.digit:
-        ink = tuple(int(v) for v in rng.integers(0, 60, 3))
-        draw.text((x, y), thing.digit, fill=ink, font=_font(int(1.6 * r)), anchor="mm")
+    fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[thing.colour])
+    if thing.shape == "circle":
+        draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
+    elif thing.shape == "square":
+        draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
     else:
-        r *= SHAPE_ON_CARD if CARD else 1.0
-        fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[thing.colour])
-        if thing.shape == "circle":
-            draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
-        elif thing.shape == "square":
-            draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
-        else:
-            draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
+        draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
     return np.asarray(img).copy()
 
 
@@ -198,19 +184,17 @@ def _shots(n_frames: int, library: FootageLibrary, rng: np.random.Generator) -> 
 
 
 def _things(rng: np.random.Generator) -> list[Thing]:
-    """Three shapes of three different shapes and colours, and two different numbers."""
+    """Three shapes of three different shapes and colours: a question names one by either."""
     colours = [str(c) for c in rng.permutation(list(COLOURS))[:3]]
     shapes = [str(s) for s in rng.permutation(list(SHAPES))]
-    digits = [str(d) for d in rng.permutation(list(DIGITS))[:2]]
-    return [Thing(colour=c, shape=s) for c, s in zip(colours, shapes)] + [Thing(digit=d) for d in digits]
+    return [Thing(c, s) for c, s in zip(colours, shapes)]
 
 
 def _appearances(n_frames: int, things: list[Thing], rng: np.random.Generator) -> list[Appearance]:
-    """Each thing once, but one shape and one number shown 2 or 3 times; appearances spread over the whole
-    stream, at least ``gap`` frames apart, none in the first or last 2% (a question must reach back)."""
+    """Two things once and one 2 or 3 times; appearances spread over the whole stream, at least ``gap``
+    frames apart, none in the first or last 2% (a question must reach back)."""
     counts = [1] * len(things)
-    counts[int(rng.integers(3))] = int(rng.integers(2, 4))
-    counts[3 + int(rng.integers(2))] = int(rng.integers(2, 4))
+    counts[int(rng.integers(len(things)))] = int(rng.integers(2, 4))
     total = sum(counts)
     lo, hi = max(1, n_frames // 50), n_frames - max(4, n_frames // 50)
     gap = max(6, (hi - lo) // (2 * total))
@@ -234,7 +218,7 @@ def _appearances(n_frames: int, things: list[Thing], rng: np.random.Generator) -
 
 def make_hour_stream(video_id: str, n_frames: int, seed: int, library: FootageLibrary, period_s: float = PERIOD_S,
                      size: tuple[int, int] = CAMERA_SIZE) -> HourStream:
-    """One stream: shots covering ``n_frames`` frames, five things and their appearances (module doc)."""
+    """One stream: shots covering ``n_frames`` frames, three things and their appearances (module doc)."""
     if n_frames < 100:
         raise ValueError(f"an hour stream needs at least 100 frames, got {n_frames}")
     rng = np.random.default_rng(seed)
