@@ -97,7 +97,7 @@ def read_state(identity: dict, manifest: dict, target: Path) -> dict:
         for name, record in records.items():
             try:
                 segments[name] = _stored_blocks(identity["model"], name, *_read_segment(target, name, record))
-            except (SnapshotError, KeyError, TypeError, ValueError, IndexError) as exc:
+            except (SnapshotError, OSError, KeyError, TypeError, ValueError, IndexError) as exc:  # OSError: EIO on a bad block
                 lost[name] = reason(exc)
     try:
         engine = manifest["engine"]
@@ -145,9 +145,13 @@ def _lost(entries: list[dict], lost: dict[str, str]) -> dict:
     segment blocks of one frame, StreamKV's frames and their segment's summary, may sit in
     different segments; summary tokens cover no camera frame)."""
     gone = [e for e in entries if e.get("segment") in lost]
-    frames = lambda es: {(str(e["camera"]), int(s)) for e in es if e["kind"] != "summary" for s in e["stamps_ns"]}  # noqa: E731
-    kept = frames(e for e in entries if e.get("segment") not in lost)
-    return {"segments": dict(lost), "blocks": [int(e["id"]) for e in gone], "frames": len(frames(gone) - kept)}
+    kept = _frames(e for e in entries if e.get("segment") not in lost)
+    return {"segments": dict(lost), "blocks": [int(e["id"]) for e in gone], "frames": len(_frames(gone) - kept)}
+
+
+def _frames(entries) -> set[tuple[str, int]]:
+    """The camera frames (camera, stamp) block entries cover."""
+    return {(str(e["camera"]), int(s)) for e in entries if e["kind"] != "summary" for s in e["stamps_ns"]}
 
 
 def _read_segment(target: Path, name: str, record) -> tuple[list, dict[str, torch.Tensor]]:
