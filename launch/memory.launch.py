@@ -101,11 +101,10 @@ def _overrides(given: dict[str, str], from_file) -> dict:
     if given["image_topic"]:
         out["image_topics"] = [given["image_topic"]]
     if given["memory_dir"]:
-        period = out.get("memory.snapshot_period_s", from_file("memory.snapshot_period_s"))
-        if not isinstance(period, float) or period <= 0:
-            period = DEFAULT_SNAPSHOT_PERIOD_S
-        out.update({"memory.snapshot_dir": given["memory_dir"], "memory.snapshot_period_s": period,
-                    "memory.restore_on_start": "latest"})
+        if "memory.snapshot_period_s" not in out:  # given, it stands as given (0: restore only, no periodic snapshots)
+            in_file = from_file("memory.snapshot_period_s")
+            out["memory.snapshot_period_s"] = in_file if isinstance(in_file, float) and in_file > 0 else DEFAULT_SNAPSHOT_PERIOD_S
+        out.update({"memory.snapshot_dir": given["memory_dir"], "memory.restore_on_start": "latest"})
     return out
 
 

@@ -369,13 +369,14 @@ def test_the_params_file_is_read_for_the_node_as_rclpy_reads_it(launch_descripti
 def test_memory_dir_turns_on_snapshots_and_restore_with_a_period_from_the_argument_the_file_or_the_default(
         launch_description, tmp_path):
     """Without memory_dir the launch sets no snapshot parameter (a params file's stand); with it, the
-    directory, restore_on_start: latest and a period: the argument's, else the file's if above 0, else 60 s."""
+    directory, restore_on_start: latest and a period: the argument's as given, else the file's if above 0, else 60 s."""
     entities, _ = launch_description
     snap = {"memory.snapshot_dir": "/var/lib/videokv", "memory.restore_on_start": "latest"}
     assert _launched(entities, memory_dir="")[1] == {}
     assert _launched(entities, memory_dir="/var/lib/videokv")[1] == {**snap, "memory.snapshot_period_s": 60.0}
-    assert _launched(entities, memory_dir="/var/lib/videokv", snapshot_period_s="2.5")[1] == {
-        **snap, "memory.snapshot_period_s": 2.5}
+    for given in (2.5, 0.0):  # given, it stands, 0 (restore only) too
+        assert _launched(entities, memory_dir="/var/lib/videokv", snapshot_period_s=str(given))[1] == {
+            **snap, "memory.snapshot_period_s": given}
     own = tmp_path / "own.yaml"
     own.write_text(yaml.safe_dump({"videokv": {"ros__parameters": {"memory": {"snapshot_period_s": 30.0}}}}))
     assert _launched(entities, memory_dir="/var/lib/videokv", params_file=str(own))[1] == {
