@@ -65,7 +65,8 @@ class MemoryServices:
         return response
 
     def load_callback(self, request, response):
-        """Replace the memory with a snapshot; a refused snapshot leaves the memory as it was."""
+        """Replace the memory with a snapshot; a refused snapshot leaves the memory as it was, a damaged
+        segment costs its own blocks (success, with the loss in ``message``)."""
         node = self._node
         try:
             target = resolve_snapshot_path(node.settings.memory.snapshot_dir, request.name, request.path)
@@ -75,6 +76,9 @@ class MemoryServices:
             return response
         node.get_logger().info(f"memory loaded from {info.path} ({info.blocks} blocks)")
         response.success, response.message = True, f"loaded {info.blocks} blocks"
+        if info.degraded:  # a damaged segment costs its own blocks, not the snapshot: said, not hidden
+            node.get_logger().error(f"snapshot {info.path.name} loaded without its damaged segments: {info.loss()}")
+            response.message += f"; {info.loss()}"
         response.path, response.blocks, response.frames_ingested = str(info.path), info.blocks, info.frames_ingested
         return response
 

@@ -226,6 +226,8 @@ class VideoKVMixin:
         self.engine, info = snapshots.unpark(self.adapter, self.settings, self._parked)
         self._parked = None
         self.get_logger().info(f"memory restored from parking: {info.blocks} blocks, {self.engine.stats().bytes_resident} bytes resident")
+        if info.degraded:
+            self.get_logger().error(f"parked memory restored without its damaged segments: {info.loss()}")
 
     # --- cleanup and shutdown: release everything -------------------------------
     def cleanup_step(self) -> None:
