@@ -27,6 +27,7 @@ at the end (median over streams).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -67,6 +68,8 @@ def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
     layers = [{_index(stream, s) for s in layer} for layer in engine.last_layer_stamps]
     found, share = group_recall(q.evidence, attended, layers)
     row.correct.append(answer.option_index == q.answer)
+    row.details.append(dict(row=row.label, stream=stream.video_id, question=q.question, kind=q.kind,
+                            chosen=answer.option_index, answer=q.answer, found=found))
     row.kinds.append(q.kind)
     row.found.append(found)
     row.layer_share.append(share)
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="robot")
     parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, full, recency, default")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
+    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
     budgets = tuple(float(b) for b in args.budgets.split(","))
@@ -212,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
                 load_end=os.getloadavg(), model=args.model, streams=args.streams, seed=args.seed,
                 library=library.names, threads=THREADS)
     section = render(results, info)
+    if args.details:
+        with open(args.details, "w") as f:
+            for n, (rows, _) in results.items():
+                for r in rows:
+                    for d in r.details:
+                        f.write(json.dumps(dict(frames=n, **d)) + "\n")
     if args.out == "-":
         print(section)
     else:

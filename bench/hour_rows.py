@@ -73,9 +73,10 @@ class Row:
     ingest_last_ms: list[float] = field(default_factory=list)  # per frame, its last 10%
     bytes_resident: list[int] = field(default_factory=list)  # at the end of each stream
     bytes_offloaded: list[int] = field(default_factory=list)
+    details: list[dict] = field(default_factory=list)  # per question: stream, question, chosen and right option
     note: str = ""
 
-    MERGED = ("correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
+    MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
               "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded")
 
     @property
