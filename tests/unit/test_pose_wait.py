@@ -65,7 +65,8 @@ def test_a_later_frame_of_the_same_camera_never_overtakes_a_parked_one_but_anoth
     w.park("a", 90 * MS, "a2", now_ns=0)  # resolvable, but behind a1 of the same camera
     w.park("b", 95 * MS, "b1", now_ns=0)  # another camera: goes on
     assert names(w.release(tf.resolve, tf.settle, now_ns=0)) == [("b1", "resolved")]
-    assert names(w.release(tf.resolve, tf.settle, now_ns=500 * MS)) == [("a1", "late"), ("a2", "resolved")]
+    out = w.release(tf.resolve, tf.settle, now_ns=500 * MS)
+    assert names(out) == [("a1", "late"), ("a2", "resolved")] and [r.waited for r in out] == [True, True]
 
 
 def test_beyond_capacity_the_oldest_leave_early_and_are_counted():

@@ -40,7 +40,7 @@ class Parked:
     stamp_ns: int  # the stamp whose pose is wanted (the frame's header stamp)
     item: Any  # what the caller gets back (the frame)
     parked_ns: int  # the caller's clock when parked
-    missed: bool = False  # set by ``release`` once its pose did not resolve: the item waits for it
+    missed: bool = False  # set by ``release`` once the item stays (its pose did not resolve, or an earlier one's of its key)
 
 
 @dataclass(slots=True)
@@ -52,7 +52,7 @@ class Released:
     pose: Pose | None
     reason: str  # "resolved" (the pose at the stamp), else ``settle``'s reason
     waited_ns: int  # on the caller's clock, from park to release (0 when the clock went back)
-    waited: bool  # its pose did not resolve at a first try: it left after waiting for it (or its wait ran out)
+    waited: bool  # it did not leave at the first ``release`` after ``park``: it waited (for its pose or its key's order)
 
 
 class PoseWait:
@@ -92,6 +92,7 @@ class PoseWait:
         out: list[Released] = []
         for i, p in enumerate(self._parked):
             if p.key in blocked:
+                p.missed = True
                 kept.append(p)
                 continue
             waited = now_ns - p.parked_ns

@@ -118,7 +118,9 @@ class PoseIntake:
     def park(self, frame: Frame) -> None:
         """tf: hold a sampled frame until the transform at its stamp is there or pose_tf_wait_s has passed, then
         ``deliver`` it with its pose; never blocks on tf."""
-        self._tf.submit(frame.camera, frame.stamp_ns, frame)
+        tf = self._tf  # a local: destroy clears it
+        if tf is None or not tf.submit(frame.camera, frame.stamp_ns, frame):
+            self._node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
 
     def drop_parked(self) -> int:
         """Forget the frames waiting for their transform (a memory reset); how many."""

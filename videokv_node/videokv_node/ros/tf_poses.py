@@ -55,6 +55,7 @@ class TfPoses:
         self._listener = tf2_ros.TransformListener(self._buffer, node, spin_thread=False)
         self._wait = PoseWait(config.tf_wait_ns, capacity)
         self._lock = threading.Lock()  # serialises park, release and delivery (a camera's frames stay in order)
+        self._closed = False  # set by destroy, under _lock: nothing is parked after it
         self._timer = None
         if config.pose_tf_wait_s > 0:
             self._timer = node.create_timer(min(TICK_MAX_S, config.pose_tf_wait_s / 5), self.release,
@@ -65,11 +66,15 @@ class TfPoses:
         """Frames waiting for their transform now."""
         return len(self._wait)
 
-    def submit(self, camera: str, stamp_ns: int, frame) -> None:
-        """Park a sampled frame and try at once: delivered now if its transform is there, else later."""
+    def submit(self, camera: str, stamp_ns: int, frame) -> bool:
+        """Park a sampled frame and try at once: delivered now if its transform is there, else later.
+        False, with nothing parked, once destroyed (a frame racing a deactivation: the caller drops it)."""
         with self._lock:
+            if self._closed:
+                return False
             self._wait.park(camera, stamp_ns, frame, self._now())
         self.release()
+        return True
 
     def release(self) -> None:
         """Deliver every parked frame whose transform is there or whose wait is over (the timer's callback)."""
@@ -123,6 +128,7 @@ class TfPoses:
             self._timer = None
         self._listener.unregister()
         with self._lock:
+            self._closed = True
             return self._wait.drain()
 
     def _transform(self, at: Time):
