@@ -230,3 +230,33 @@ def test_tf_poses_settle_with_the_reason_and_deliver_parked_frames_in_order(ros)
     finally:
         tf.destroy()
         node.destroy_node()
+
+
+def test_a_sim_time_jump_back_clears_the_tf_buffer_so_a_looping_bag_gets_poses_again(ros):
+    """Under use_sim_time a bag loop sets the clock back: transforms of the new lap, older than the
+    buffer's newest by more than its cache time, would be refused as old data without the clear."""
+    tf2_ros_module()
+    from rclpy.parameter import Parameter
+    from rclpy.time import Time
+
+    from videokv_node.ingest.pose_history import PoseConfig, PoseCounters
+    from videokv_node.ros.tf_poses import TfPoses
+
+    node = Node("tf_poses_sim", context=ros[1], parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
+    clock = node.get_clock()
+    tf = TfPoses(node, PoseConfig(pose_source="tf"), PoseCounters(), capacity=4, deliver=lambda r: None)
+    try:
+        tf._buffer.set_transform_static(transform("map", "odom", 0, (*STATIC_XY, 0.0), quat(STATIC_YAW)), "test")
+        clock.set_ros_time_override(Time(seconds=40))
+        for s in (39 * NS, 40 * NS):
+            tf._buffer.set_transform(transform("odom", "base_link", s, *odom_base(s)), "test")
+        assert tf.lookup(39 * NS + 500 * MS) is not None
+        clock.set_ros_time_override(Time(seconds=10))  # the bag starts its next lap
+        assert tf.lookup(39 * NS + 500 * MS) is None  # the last lap's transforms are gone
+        for s in (10 * NS, 11 * NS):
+            tf._buffer.set_transform(transform("odom", "base_link", s, *odom_base(s)), "test")
+        pose = tf.lookup(10 * NS + 500 * MS)
+        assert pose is not None and np.allclose(pose.position, map_base(10 * NS + 500 * MS)[0], atol=1e-9)
+    finally:
+        tf.destroy()
+        node.destroy_node()

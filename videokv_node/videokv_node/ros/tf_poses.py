@@ -13,7 +13,8 @@ Nothing waits on a thread: the camera callback parks and tries at once (a frame 
 is already there goes straight on), and a timer on its own callback group retries every
 ``pose_tf_wait_s / 5`` (at most 50 ms) while frames are parked. The model worker never looks
 tf up, so questions never wait for it. The listener's subscriptions spin on the node's
-executor (``spin_thread=False``), like every other subscription of the node.
+executor (``spin_thread=False``), like every other subscription of the node. A jump back of the
+node clock (a bag loop under ``use_sim_time``) clears the buffer and lets the parked frames go.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import threading
 from collections.abc import Callable
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.time import Time
@@ -53,6 +55,12 @@ class TfPoses:
         cache_s = max(BUFFER_MIN_S, 2 * config.pose_tolerance_s, 2 * config.pose_tf_wait_s)
         self._buffer = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
         self._listener = tf2_ros.TransformListener(self._buffer, node, spin_thread=False)
+        # A jump back of the node clock (a bag looping under use_sim_time) clears the buffer, as tf2_ros'
+        # Buffer does on its own clock: else transforms more than its cache time older than the newest held
+        # would be refused as old data until the replay caught up again.
+        self._jump = node.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=None, min_backward=Duration(seconds=-1), on_clock_change=True),
+            post_callback=lambda _jump: self._buffer.clear())
         self._wait = PoseWait(config.tf_wait_ns, capacity)
         self._lock = threading.Lock()  # serialises park, release and delivery (a camera's frames stay in order)
         self._closed = False  # set by destroy, under _lock: nothing is parked after it
@@ -127,6 +135,7 @@ class TfPoses:
             self._node.destroy_timer(self._timer)
             self._timer = None
         self._listener.unregister()
+        self._jump.unregister()
         with self._lock:
             self._closed = True
             return self._wait.drain()
