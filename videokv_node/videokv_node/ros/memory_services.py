@@ -36,9 +36,12 @@ class MemoryServices:
         self._services = []
 
     def reset_callback(self, request, response):
-        """Forget every frame (queued ones too)."""
+        """Forget every frame (queued ones, and those waiting for their transform, too)."""
         node = self._node
         try:
+            poses = node.poses
+            if poses is not None:
+                poses.drop_parked()  # sampled before the reset: not for the new memory
             node.active_worker().reset().result(timeout=node.settings.node.question_timeout_s)
             node.sampler.reset()
         except (WorkerBusy, WorkerStopped, FutureTimeout) as exc:
