@@ -24,6 +24,7 @@
 #                       composed into moving and still stretches and revisits), accuracy by question kind, needle
 #                       recall, ~/locate, TTFT, ingest and bytes (robot preset: about 1 h on 2 CPU cores;
 #                       HOUR_FRAMES=600,3600 PRESETS=paper for the other cells; docs/bench/hour.md)
+#   make bench-hour-ros one hour stream through the node over DDS (~/ask, ~/locate), beside the engine's row
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
@@ -48,7 +49,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour clean distclean
+.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -96,9 +97,14 @@ bench-scaling: build
 HOUR_FRAMES ?= 1800
 PRESETS ?= robot
 HOUR_WORKERS ?= 2
+HOUR_ROS_FRAMES ?= 1800
 bench-hour: build
 	scripts/setup_footage.sh
 	. ./env.sh && nice -n 10 python -m bench.hour --frames $(HOUR_FRAMES) --presets $(PRESETS) --workers $(HOUR_WORKERS)
+
+bench-hour-ros: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.hour_ros --frames $(HOUR_ROS_FRAMES)
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things
