@@ -1,7 +1,8 @@
 """A planner's questions about an hour stream (``eval/hour_stream.py``), with their truth by construction.
 
-Asked at two moments: halfway (``ask_after`` = the stream's middle frame; only about what was
-seen by then) and after the last frame. Kinds (``KINDS``):
+Asked at three moments: halfway and at three quarters (``ask_after`` = that frame; only about what
+was seen by then: colour, shape and, at three quarters, one order question) and after the last
+frame (every kind). Kinds (``KINDS``):
 
 - ``colour``: "Which colour did the <shape> have?" (4 colours; chance 1/4);
 - ``shape``: "What shape was the <colour> thing?" (3 shapes; 1/3);
@@ -67,9 +68,10 @@ def _mc(rng: np.random.Generator, text: str, answer: str, pool: list[str], kind:
                         tuple(a.frames for a in evidence), subject)
 
 
-def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, full: bool) -> list[HourQuestion]:
+def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, full: bool,
+                  orders: int = 2) -> list[HourQuestion]:
     """The questions about what was seen in frames 0..ask_after; ``full``: every kind, else only the
-    single-thing kinds (halfway)."""
+    single-thing kinds and ``orders`` order questions."""
     before = ask_after + 1
     seen = [t for t in range(len(stream.things)) if stream.appearances_of(t, before)]
     out = []
@@ -80,13 +82,11 @@ def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, 
                        ask_after, last, thing.subject))
         out.append(_mc(rng, f"What shape was the {thing.colour} thing?", thing.shape, list(SHAPES), "shape",
                        ask_after, last, thing.subject))
-    if not full:
-        return out
     firsts = [(stream.appearances_of(t, before)[0], t) for t in seen]  # (first appearance, thing)
     firsts.sort(key=lambda p: p[0].frames[0])
     names = [stream.things[t].name for t in range(len(stream.things))]
     pairs = [(i, j) for i in range(len(firsts)) for j in range(i + 1, len(firsts))]
-    for p in rng.choice(len(pairs), min(2, len(pairs)), replace=False):  # two order questions on distinct pairs
+    for p in rng.choice(len(pairs), min(orders, len(pairs)), replace=False) if pairs else ():  # on distinct pairs
         i, j = pairs[int(p)]
         (ai, ti), (aj, tj) = firsts[i], firsts[j]
         pair = [names[ti], names[tj]]
@@ -94,6 +94,8 @@ def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, 
         x, y = (pair[1], pair[0]) if flip else (pair[0], pair[1])
         out.append(HourQuestion(f"Which did you see first, the {x} or the {y}?", (x, y), 1 if flip else 0, "order",
                                 ask_after, (ai.frames, aj.frames)))
+    if not full:
+        return out
     order = [a for a in stream.appearances if a.frames[-1] < before]
     k = int(rng.integers(len(firsts) - 1))
     first_x, tx = firsts[k]
@@ -112,11 +114,13 @@ def _questions_at(stream: HourStream, ask_after: int, rng: np.random.Generator, 
 
 
 def hour_questions(stream: HourStream, seed: int = 0) -> list[HourQuestion]:
-    """Halfway questions (single-thing kinds, about what was seen by the middle frame), then the end's
-    (every kind); in asking order."""
+    """Halfway and three-quarter questions (single-thing kinds, one order question at three quarters, about
+    what was seen by then), then the end's (every kind); in asking order."""
     rng = np.random.default_rng([stream.seed, seed, 1])
-    middle = stream.n_frames // 2 - 1
-    return _questions_at(stream, middle, rng, full=False) + _questions_at(stream, stream.n_frames - 1, rng, full=True)
+    n = stream.n_frames
+    return (_questions_at(stream, n // 2 - 1, rng, full=False, orders=0)
+            + _questions_at(stream, 3 * n // 4 - 1, rng, full=False, orders=1)
+            + _questions_at(stream, n - 1, rng, full=True))
 
 
 def locate_truths(stream: HourStream) -> list[LocateTruth]:
