@@ -75,6 +75,25 @@ def test_full_queue_drops_the_oldest_frame_and_counts_it():
         worker.stop()
 
 
+def test_per_camera_counts_name_the_dropped_frames_camera_not_the_newcomers():
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=2, max_batch=1)
+    try:
+        worker.submit_frame(frame(0, "a"))
+        assert engine.started.wait(5)  # frame 0 of a is being ingested
+        for stamp, camera in ((1, "a"), (2, "b"), (3, "b"), (4, "bad")):  # 3 and 4 push out a@1 and b@2
+            worker.submit_frame(frame(stamp, camera))
+        engine.gate.set()
+        worker.call(lambda: None).result(5)
+        while worker.queue_depth:  # the two queued frames after the call
+            worker.call(lambda: None).result(5)
+        worker.stop()
+        assert worker.camera_counts() == {"a": {"ingested": 1, "overflowed": 1}, "b": {"overflowed": 1, "ingested": 1},
+                                          "bad": {"failed": 1}}
+    finally:
+        worker.stop()
+
+
 def test_too_many_waiting_questions_are_refused_and_errors_reach_the_caller():
     engine = RecordingEngine()
     worker = ModelWorker(engine, queue_size=2, max_pending_jobs=2)

@@ -10,7 +10,7 @@ being encoded, never for the frame queue behind it.
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -79,6 +79,8 @@ class ModelWorker:
         self._pose_lookup = pose_lookup
         self.frames_overflowed = 0  # dropped from a full queue; written under _cond
         self.frames_failed = 0  # raised inside the engine; written by the worker thread only
+        # camera -> {"ingested", "overflowed", "failed"} -> frames; written under _cond, read by camera_counts()
+        self._per_camera: dict[str, Counter] = {}
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
         self._thread.start()
 
@@ -93,8 +95,9 @@ class ModelWorker:
                 raise WorkerStopped("worker stopped")
             dropped = len(self._frames) >= self.queue_size
             if dropped:
-                self._frames.popleft()
+                oldest = self._frames.popleft()
                 self.frames_overflowed += 1
+                self._per_camera.setdefault(oldest.camera, Counter())["overflowed"] += 1
             self._frames.append(frame)
             self._cond.notify()
         return not dropped
@@ -132,6 +135,17 @@ class ModelWorker:
             self._cond.notify()
         return future
 
+    def camera_counts(self) -> dict[str, dict[str, int]]:
+        """A snapshot, per camera, of its frames ``ingested``, ``overflowed`` (dropped oldest from the full
+        queue: the dropped frame's camera, not the newcomer's) and ``failed`` (raised inside the engine)."""
+        with self._cond:
+            return {camera: dict(c) for camera, c in self._per_camera.items()}
+
+    def _count(self, frames: list[Frame], key: str) -> None:
+        with self._cond:
+            for f in frames:
+                self._per_camera.setdefault(f.camera, Counter())[key] += 1
+
     @property
     def queue_depth(self) -> int:
         return len(self._frames)
@@ -166,8 +180,10 @@ class ModelWorker:
             try:
                 self._resolve_poses(frames)
                 self.engine.ingest(frames)  # all queued frames (up to max_batch) in one vision batch
+                self._count(frames, "ingested")
             except Exception as exc:  # a bad batch must not stop the memory; its frames are counted as failed
                 self.frames_failed += len(frames)
+                self._count(frames, "failed")
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
 
