@@ -72,7 +72,7 @@ class Requester:
 
     def __init__(self, kind: str, period: float, send) -> None:
         self.kind, self.period, self.send = kind, period, send
-        self.records: list[tuple[float, bool, str]] = []  # (latency s, success, message)
+        self.records: list[tuple[float, bool, str, float]] = []  # (latency s, success, message, node's own time s)
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -93,9 +93,10 @@ class Requester:
         t0 = time.monotonic()
         try:
             resp = self.send(i)
-            record = (time.monotonic() - t0, bool(resp.success), resp.message)
+            model_s = resp.total_s if hasattr(resp, "total_s") else resp.latency_s  # ask / locate
+            record = (time.monotonic() - t0, bool(resp.success), resp.message, float(model_s))
         except TimeoutError as exc:
-            record = (time.monotonic() - t0, False, f"client timeout: {exc}")
+            record = (time.monotonic() - t0, False, f"client timeout: {exc}", 0.0)
         with self._lock:
             self.records.append(record)
 
@@ -222,14 +223,16 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
         recs = [x for r in res["requests"] if r.kind == kind for x in r.records]
         if not recs:
             continue
-        ok = [lat for lat, success, _ in recs if success]
+        ok = [lat for lat, success, _, _ in recs if success]
+        own = [m for _, success, _, m in recs if success]
         reasons: dict[str, int] = {}
-        for _, success, msg in recs:
+        for _, success, msg, _ in recs:
             if not success:
                 reasons[msg[:60]] = reasons.get(msg[:60], 0) + 1
         req_rows.append([f"~/{kind}", str(len(recs)), str(len(ok)),
-                         "; ".join(f"{n}x {m!r}" for m, n in reasons.items()) or "0", _lat(ok)])
-    out += [table(["request", "sent", "answered", "refused (reason)", "latency p50 / p95 / max (s)"], req_rows), ""]
+                         "; ".join(f"{n}x {m!r}" for m, n in reasons.items()) or "0", _lat(ok), _lat(own)])
+    out += [table(["request", "sent", "answered", "refused (reason)", "latency p50 / p95 / max (s)",
+                   "of which on the model p50 / p95 / max (s)"], req_rows), ""]
     start, end = res["load"]
     s = [x for x in res["samples"] if start <= x[0] <= end] or res["samples"]
     mid_t = (start + end) / 2
@@ -240,9 +243,11 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
     mid_rss = min(s, key=lambda x: abs(x[0] - mid_t))[2]
     out += [table(["node process", ""], [
         ["CPU", f"{100 * cpu:.0f}% of one core over the load ({s[-1][1] - s[0][1]:.0f} s CPU in {s[-1][0] - s[0][0]:.0f} s)"],
-        ["RSS at load start / middle / end", f"{mb(s[0][2])} / {mb(mid_rss)} / {mb(s[-1][2])}"],
+        ["RSS at 0 / 25 / 50 / 75 / 100% of the load", " / ".join(
+            mb(min(s, key=lambda x, q=q: abs(x[0] - (start + q * (end - start))))[2]) for q in (0, 0.25, 0.5, 0.75, 1))],
         ["RSS growth over the second half", f"{100 * (s[-1][2] - mid_rss) / mid_rss:+.1f}% "
          f"(mean first half {mb(statistics.mean(first or [0]))}, second half {mb(statistics.mean(second or [0]))})"],
+        ["ingest per frame p50 / p95 (memory_stats, last 100 frames)", f"{f.ingest_ms_p50:.0f} / {f.ingest_ms_p95:.0f} ms"],
         ["memory's KV bytes (resident + host arena) middle / end", f"{mb(kv(res['mid']))} / {mb(kv(f))}"],
         ["node still running at the end", "yes" if res["alive"] else "NO"],
     ])]
