@@ -122,13 +122,14 @@ def run(args) -> dict:
     env = isolated_ros_env()
     if args.fastdds_profile:  # the node, the drivers and this client: the writer's segment must hold the frame
         env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(Path(args.fastdds_profile).resolve())
+    node_env = dict(env, **dict(kv.split("=", 1) for kv in args.node_env))
     if args.node_pythonpath:  # another checkout's node (a before/after comparison in one session)
-        env["PYTHONPATH"] = f"{Path(args.node_pythonpath).resolve()}:{env.get('PYTHONPATH', '')}"
+        node_env["PYTHONPATH"] = f"{Path(args.node_pythonpath).resolve()}:{env.get('PYTHONPATH', '')}"
     params = {"image_topics": [c["topic"] for c in cams if c["kind"] == "raw"] or [""],
               "compressed_topics": [c["topic"] for c in cams if c["kind"] == "jpeg"] or [""],
               "stats_period_s": 1.0, **dict(args.param)}
     tmp = Path(tempfile.mkdtemp(prefix="videokv-load-"))
-    node = NodeProcess(params, env, log_path=tmp / "node.log")
+    node = NodeProcess(params, node_env, log_path=tmp / "node.log")
     saved = dict(os.environ)
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "RMW_IMPLEMENTATION",
                                            "FASTRTPS_DEFAULT_PROFILES_FILE") if k in env})
@@ -200,7 +201,8 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
     """The markdown section of one run."""
     sample_fps = float(res["params"].get("sample_fps", 0.5))
     out = [f"### {args.label}", "", run_table(machine, machine.torch_threads, f"`{command}`", wall_s, os.getloadavg()), "",
-           f"Node parameters: `{json.dumps(res['params'])}`; Fast DDS profile: {args.fastdds_profile or 'none (defaults)'}.", ""]
+           f"Node parameters: `{json.dumps(res['params'])}`; node environment: {' '.join(args.node_env) or 'as is'}; "
+           f"Fast DDS profile: {args.fastdds_profile or 'none (defaults)'}.", ""]
     rows = []
     for c, pub in zip(res["cams"], res["published"]):
         d = res["diagnostics"].get(c["topic"], {})
@@ -272,6 +274,8 @@ def main(argv=None) -> int:
                    help="a node parameter, name=value (YAML), repeatable")
     p.add_argument("--fastdds-profile", default="", help="Fast DDS XML profile for every process (e.g. "
                    "config/fastdds_large_images.xml: raw 640x480 frames published best effort are mostly lost without it)")
+    p.add_argument("--node-env", action="append", default=[], help="NAME=VALUE in the node's environment only, "
+                   "repeatable (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
     p.add_argument("--node-pythonpath", default="", help="run the node from this source tree (e.g. a base checkout's videokv_node/)")
     p.add_argument("--label", default="run", help="the section's title and marker in --out")
     p.add_argument("--out", default="docs/bench/load.md", help="markdown file under the repo, or - to print")
