@@ -4,8 +4,10 @@
 #   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
 #   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
+#   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
+#                       questions: bags/robot and bags/robot.json (BAG=DIR to write elsewhere; docs/OPERATIONS.md)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
-#   make bench          every benchmark, written into docs/BENCHMARKS.md (about 9 minutes)
+#   make bench          the engine parts, the memory policies and the vision backends (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
 #   make bench-accuracy every memory policy's accuracy on real models: SmolLM2 on text needle streams,
@@ -18,12 +20,21 @@
 #                       frames, videokv-tiny 60 frames; hours on 2 CPU cores: LENGTHS=80 for one length)
 #   make bench-options  videokv-tiny's multiple choice with options worded as planners word them, under the
 #                       node's default memory, objects drawn by OpenCV (about 7 minutes)
+#   make bench-hour     a robot's hour: every policy on 1,800-frame streams of real footage (clips and photographs
+#                       composed into moving and still stretches and revisits), accuracy by question kind, needle
+#                       recall, ~/locate, TTFT, ingest and bytes (robot preset: about 1 h on 2 CPU cores;
+#                       HOUR_FRAMES=600,3600 PRESETS=paper for the other cells; docs/bench/hour.md)
+#   make bench-hour-ros one hour stream through the node over DDS (~/ask, ~/locate), beside the engine's row
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
 #   make bench-load     the node under a robot's camera load (3 raw 640x480 + 1 JPEG 1280x720 cameras at 15 Hz,
 #                       ~/ask every 2 s, ~/locate every 5 s) for LOAD_SECONDS (180); written to docs/bench/load.md
 #                       (LOAD_ARGS="--raw 1 --jpeg 2 --label mine" for another load; about 5 minutes)
+#
+# Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
+# bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
+# hand-written front page that links them (its headline rows are copied from those pages by hand).
 #
 # On a robot with ROS 2 from apt, see docs/OPERATIONS.md instead (colcon build in ros2_ws).
 
@@ -41,7 +52,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-load clean distclean
+.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-load clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -55,6 +66,12 @@ test: build
 
 docs:
 	. ./env.sh && python -m videokv_node.parameters_doc
+
+# Deterministic: the same bytes every time, so an old one is simply replaced.
+BAG ?= bags/robot
+bag: setup
+	rm -rf $(BAG) && mkdir -p $(dir $(BAG))
+	. ./env.sh && python -m videokv_node.eval.make_bag --robot --out $(BAG) --questions $(BAG).json
 
 demo: build
 	. ./env.sh && python -m videokv_node.ros.demo --model $(MODEL) --policy $(POLICY)
@@ -79,6 +96,18 @@ bench-long: build
 FRAMES ?= 10000
 bench-scaling: build
 	. ./env.sh && OMP_NUM_THREADS=1 nice -n 10 python -m bench.scaling --frames $(FRAMES)
+
+HOUR_FRAMES ?= 1800
+PRESETS ?= robot
+HOUR_WORKERS ?= 2
+HOUR_ROS_FRAMES ?= 1800
+bench-hour: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.hour --frames $(HOUR_FRAMES) --presets $(PRESETS) --workers $(HOUR_WORKERS)
+
+bench-hour-ros: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.hour_ros --frames $(HOUR_ROS_FRAMES)
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things

@@ -1,7 +1,8 @@
 # Environment for the pip-wheels set-up of videokv (ROS 2 Jazzy from PyPI, in .venv).
 # Source it from bash, after `make build`:    . ./env.sh
 #
-# Then `python -c "import rclpy, videokv_interfaces.srv, videokv_node"` works and
+# Then `python -c "import rclpy, videokv_interfaces.srv, videokv_node"` works (and `import tf2_ros`
+# where `make build` assembled .ros2tools from ../shared/ros2tools) and
 # `python -m videokv_node --ros-args ...` can start. Safe to source twice (no path is
 # added twice) and with ROS 2 already sourced (its paths stay, after ours).
 # ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE are left to the user.
@@ -60,8 +61,12 @@ export _ROS_WHEELS_BOOTSTRAP_COMPLETE=1
 # holds the wheels' packages; the workspace prefixes come first so they win.
 _videokv_prepend AMENT_PREFIX_PATH "$_videokv_venv"
 _videokv_prepend CMAKE_PREFIX_PATH "$_videokv_venv"
-for _videokv_pkg in videokv_interfaces videokv_node; do
+# tf2's Python stack (import tf2_ros: pose_source tf), which `make build` builds from ../shared/ros2tools
+# into .ros2tools for the wheels: only its tf2 packages come onto the paths here; the rest of that
+# overlay (launch, ros2cli and their pip dependencies) stays behind `. .ros2tools/env.sh`.
+for _videokv_pkg in tf2 tf2_msgs tf2_py tf2_ros_py videokv_interfaces videokv_node; do
     _videokv_prefix="$_videokv_install/$_videokv_pkg"
+    [[ "$_videokv_pkg" == tf2* ]] && _videokv_prefix="$_videokv_root/.ros2tools/ws/install/$_videokv_pkg"
     [[ -d "$_videokv_prefix" ]] || continue
     _videokv_prepend AMENT_PREFIX_PATH "$_videokv_prefix"
     _videokv_prepend CMAKE_PREFIX_PATH "$_videokv_prefix"

@@ -50,7 +50,7 @@ read why it is right or wrong.
 nor policy (``recency`` not on the preset), so a cell whose streams, lengths and seed match an
 earlier table's reads them there, at a fraction of the cost (``full`` is the dearest row at 320 frames).
 
-The section lies between ``BEGIN`` and ``END`` in docs/BENCHMARKS.md (one per model).
+The section lies between its model's ``MARKERS`` in ``DOC`` (docs/bench/long_stream.md; one pair per model).
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ MARKERS = {
 LENGTHS = (80, 160, 320)
 VISUAL_LENGTHS = (60,)
 BUDGETS = (0.05, 0.10, 0.25)
+DOC = "docs/bench/long_stream.md"  # the page holding both models' MARKERS, relative to the repository
 STREAMS = 8  # x 8 questions = 64 per cell (text); visual streams have 4 questions each
 VISUAL_STREAMS = 16
 CEILING_DISTRACTORS = 4
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(float32 on any device; every worker holds its own copy)")
     parser.add_argument("--without", default="", help=f"comma-separated reference rows to leave out ({', '.join(REFERENCE_ROWS)}): "
                         "read them in an earlier table of the same streams")
-    parser.add_argument("--out", default="docs/BENCHMARKS.md", help="markdown file to update; '-' prints the section")
+    parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
     args = parser.parse_args(argv)
     visual = args.model.startswith("videokv-tiny")

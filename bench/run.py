@@ -1,4 +1,4 @@
-"""Benchmarks of the videokv memory engine on this machine; results go to docs/BENCHMARKS.md.
+"""Benchmarks of the videokv memory engine on this machine; results go to docs/bench/ (engine.md, memory.md, vision.md).
 
     python -m bench.run                  # everything (about 9 minutes on 2 CPU cores)
     python -m bench.run --quick          # short run (about 1-2 minutes), same tables
@@ -23,8 +23,8 @@ several stream lengths (``bench/memory_policies.py``). And ``--part vision``: pe
 latency of LLaVA-OneVision-0.5B's vision path through each vision backend
 (``bench/vision_backends.py``; a few minutes on 2 CPU cores).
 
-Each of the three writes its own span of --out, between its own markers; the rest
-of the file is left as it is.
+Each of the three writes its own span of its own page of docs/bench/ (or of --out), between
+its own markers; the rest of the file is left as it is.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch
 
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
-from bench import bound, memory_policies, real_size, tiny, vision_backends
+from bench import bound, memory_policies, real_size, report, tiny, vision_backends
 from bench.machine import Machine, describe
 from bench.report import Run, log, render, update_document
 
@@ -83,8 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
              "vision: the vision backends",
     )
     parser.add_argument(
-        "--out", default="docs/BENCHMARKS.md",
-        help="markdown file whose results sections are rewritten (relative to the repo root); '-' prints them",
+        "--out", default=None,
+        help="markdown file whose results sections are rewritten (relative to the repo root); '-' prints them; "
+             "default: each part's own page of docs/bench/",
     )
     parser.add_argument("--json", default=None, help="also write every measurement as JSON to this path")
     parser.add_argument("--seed", type=int, default=0, help="seed of the models' weights and the synthetic scene")
@@ -131,12 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     if machine.load_start[0] > machine.cores:
         log(f"warning: load average {machine.load_start[0]:.2f} on {machine.cores} cores; timings will be inflated")
     command = "python -m bench.run" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
-    out = None if args.out == "-" else REPO / args.out
     record: dict = {}
     adapter = None
     if args.part in ("all", "engine"):
         result, adapter = run_engine_parts(plan, args, machine, command)
-        emit(out, render(result), update_document)
+        emit(page(args.out, report.DOC), render(result), update_document)
         record.update(asdict(result))
     if args.part in ("all", "memory"):
         adapter = adapter or LlavaOnevisionAdapter.tiny(seed=args.seed)
@@ -149,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
             command=command, quick=args.quick, seed=args.seed, machine=at_start, load_end=os.getloadavg(),
             wall_s=parts.wall_s["memory policies"], cpu_s=parts.cpu_s["memory policies"],
         )
-        emit(out, memory_policies.render(measured, info), memory_policies.update_document)
+        emit(page(args.out, memory_policies.DOC), memory_policies.render(measured, info), memory_policies.update_document)
         record["memory"] = asdict(measured)
     if args.part in ("all", "vision"):
         log("vision backends ...")
-        vision = vision_backends.run(out, args.seed, command, log)
+        vision = vision_backends.run(page(args.out, vision_backends.DOC), args.seed, command, log)
         record["vision"] = asdict(vision)
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1, default=str))
@@ -173,6 +173,11 @@ def run_engine_parts(plan: Plan, args: argparse.Namespace, machine: Machine, com
         real=real, bound=bounds,
     )
     return result, adapter
+
+
+def page(out: str | None, default: str) -> Path | None:
+    """Where a part writes: None (print) for ``--out -``, else ``--out`` or the part's own page, under the repo."""
+    return None if out == "-" else REPO / (out or default)
 
 
 def emit(out: Path | None, section: str, update) -> None:

@@ -1,7 +1,7 @@
 """Check that moving Markdown text between files lost nothing: ``python scripts/check_doc_move.py REV [FILE]``.
 
 Compares FILE (default README.md) as it was at git revision REV with the Markdown now in the
-work tree (README.md and docs/*.md together). Every unit of the old text must still appear
+work tree (README.md and docs/**/*.md together). Every unit of the old text must still appear
 somewhere in the new text, whitespace and heading levels ignored:
 
 - each line of every fenced code block (commands, message definitions, YAML, diagrams);
@@ -13,7 +13,7 @@ somewhere in the new text, whitespace and heading levels ignored:
 
 Prints the units that are missing, by kind, and exits 1 if any are. A sentence reworded
 because it named its old place ("see ... below") is reported too: read those by hand.
-Used once for issue 19 (README -> docs/); kept for the next such move.
+Used for issue 19 (README -> docs/) and issue 35 (docs/BENCHMARKS.md -> docs/bench/, docs/notes/).
 """
 
 from __future__ import annotations
@@ -115,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     old = subprocess.run(["git", "show", f"{args.rev}:{args.file}"], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout
-    new_files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    new_files = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     lost = missing_units(old, [p.read_text() for p in new_files])
     total = 0
     for kind, n in ((k, len(v)) for k, v in units(old).items()):
-        print(f"{kind}s: {n} in {args.rev}:{args.file}, {n - len(lost[kind])} found in README.md + docs/*.md")
+        print(f"{kind}s: {n} in {args.rev}:{args.file}, {n - len(lost[kind])} found in README.md + docs/**/*.md")
     for kind, items in lost.items():
         for item in items:
             print(f"MISSING {kind}: {item}")

@@ -171,10 +171,6 @@ def _launch_arguments() -> dict[str, ast.Call]:
     }
 
 
-def _keyword(call: ast.Call, name: str):
-    return next(ast.literal_eval(k.value) for k in call.keywords if k.arg == name)
-
-
 def test_launch_file_declares_the_documented_arguments_and_agrees_on_qos():
     declared = _launch_arguments()
     assert {"namespace", "params_file", "model", "policy", "question_stage", "image_topic", "use_sim_time", "lifecycle"} <= set(declared)
@@ -183,16 +179,25 @@ def test_launch_file_declares_the_documented_arguments_and_agrees_on_qos():
     assert parameter_table()["camera_qos"][2] == "sensor_data"
 
 
-@pytest.mark.parametrize("argument, parameter, choices", [("policy", "memory.policy", POLICIES),
-                                                           ("question_stage", "memory.question_stage", QUESTION_STAGES)])
-def test_launch_arguments_default_to_the_node_default_and_name_every_choice(argument, parameter, choices):
-    call = _launch_arguments()[argument]
-    assert _keyword(call, "default_value") == parameter_table()[parameter][2]
-    description = _keyword(call, "description")
+def _declared(launch_description) -> dict[str, dict]:
+    """Each declared launch argument's keyword arguments (default_value, description), as evaluated."""
+    entities, _ = launch_description
+    return {e.args[0]: e.kwargs for e in entities if type(e).__name__ == "DeclareLaunchArgument"}
+
+
+@pytest.mark.parametrize("argument, choices", [("policy", POLICIES), ("question_stage", QUESTION_STAGES)])
+def test_launch_arguments_name_every_choice(launch_description, argument, choices):
+    description = _declared(launch_description)[argument]["description"]
     assert all(choice in description for choice in choices), description
-    # The argument reaches the node as that parameter.
-    source = LAUNCH.read_text()
-    assert f'"{parameter}": ParameterValue(LaunchConfiguration("{argument}"), value_type=str)' in source
+
+
+def test_every_launch_argument_but_the_file_and_namespace_defaults_to_empty_meaning_not_given(launch_description):
+    """An empty default sets nothing (the params file's value stands); and says so."""
+    for name, kwargs in _declared(launch_description).items():
+        if name in ("namespace", "params_file"):
+            continue
+        assert kwargs["default_value"] == "", name
+        assert "Empty (the default): as the params file says." in kwargs["description"], name
 
 
 def test_installed_share_directory_has_launch_and_config():
@@ -259,48 +264,123 @@ def launch_description(monkeypatch):
 
 
 def _launched_nodes(entities, **arguments) -> list:
-    """The node actions the launch's OpaqueFunction gives for these launch arguments (memory_dir
-    defaults to its declared default, empty)."""
+    """The node actions the launch's OpaqueFunction gives for these launch arguments (the others at
+    their declared defaults; params_file: the repository's config/memory.yaml)."""
     (opaque,) = [e for e in entities if type(e).__name__ == "OpaqueFunction"]
-    return opaque.kwargs["function"]({"memory_dir": "", **arguments})
+    defaults = {name: "" for name in _launch_arguments()}
+    return opaque.kwargs["function"]({**defaults, "params_file": str(YAML), **arguments})
 
 
-def test_launch_starts_the_plain_or_the_lifecycle_node_by_the_lifecycle_argument(launch_description):
+def _launched(entities, **arguments):
+    """(the one node action, the parameter overrides it passes after the params file)."""
+    (node,) = _launched_nodes(entities, **arguments)
+    assert node.kwargs["parameters"][0] == sys.modules["launch.substitutions"].LaunchConfiguration("params_file")
+    return node, node.kwargs["parameters"][1]
+
+
+# Every launch argument that sets a parameter: a given text, the parameter and the value it must get.
+GIVEN = {
+    "model": ("tiny-qwen2.5-vl", "model", "tiny-qwen2.5-vl"),
+    "policy": ("hermes", "memory.policy", "hermes"),
+    "question_stage": ("tgvkv", "memory.question_stage", "tgvkv"),
+    "pose_topic": ("/odom", "pose_topic", "/odom"),
+    "use_sim_time": ("True", "use_sim_time", True),
+    "lifecycle": ("false", "lifecycle", False),
+    "image_topic": ("/cam/image_raw", "image_topics", ["/cam/image_raw"]),
+    "snapshot_period_s": ("5", "memory.snapshot_period_s", 5.0),
+}
+
+
+def test_every_parameter_setting_argument_is_in_the_matrix(launch_description):
+    """GIVEN covers every declared argument but those that set no parameter of their own."""
+    assert set(GIVEN) == set(_launch_arguments()) - {"namespace", "params_file", "memory_dir"}
+    for argument, (_, parameter, _) in GIVEN.items():
+        assert parameter in parameter_table() or parameter == "use_sim_time", parameter
+
+
+@pytest.mark.parametrize("argument", sorted(GIVEN))
+def test_a_launch_argument_sets_its_parameter_only_when_given(launch_description, argument):
+    """Given: its parameter, typed, passed after the params file (so it wins). Not given (empty, or
+    blanks): nothing, so the file's value stands, or the node's default where the file has none."""
+    entities, _ = launch_description
+    text, parameter, value = GIVEN[argument]
+    _, overrides = _launched(entities, **{argument: text})
+    assert overrides == {parameter: value}
+    assert type(overrides[parameter]) is type(value)
+    for empty in ("", "  "):
+        assert _launched(entities, **{argument: empty})[1] == {}
+
+
+def test_all_arguments_given_set_all_their_parameters(launch_description):
+    entities, _ = launch_description
+    _, overrides = _launched(entities, **{a: text for a, (text, _, _) in GIVEN.items()})
+    assert overrides == {parameter: value for _, parameter, value in GIVEN.values()}
+
+
+@pytest.mark.parametrize("argument, text", [("use_sim_time", "maybe"), ("lifecycle", "1"), ("snapshot_period_s", "often")])
+def test_a_launch_argument_of_the_wrong_type_is_refused_naming_it(launch_description, argument, text):
+    entities, _ = launch_description
+    with pytest.raises(ValueError, match=f"launch argument {argument}:="):
+        _launched_nodes(entities, **{argument: text})
+
+
+def test_the_lifecycle_argument_or_else_the_params_file_picks_the_node_kind(launch_description, tmp_path):
+    """Exactly one node action: LifecycleNode or Node, by the argument when given, else by the file's
+    `lifecycle` for this node (the node's main reads the same parameter); otherwise the same node."""
     entities, modules = launch_description
-    actions, conditions, substitutions = modules["launch_ros.actions"], modules["launch.conditions"], modules["launch.substitutions"]
-    lifecycle = substitutions.LaunchConfiguration("lifecycle")
-    nodes = _launched_nodes(entities)
-    assert sorted(type(n).__name__ for n in nodes) == ["LifecycleNode", "Node"]
-    plain = next(n for n in nodes if isinstance(n, actions.Node))
-    managed = next(n for n in nodes if isinstance(n, actions.LifecycleNode))
-    # Exactly one of them starts, by the argument; otherwise they are the same node.
-    assert plain.kwargs.pop("condition") == conditions.UnlessCondition(lifecycle)
-    assert managed.kwargs.pop("condition") == conditions.IfCondition(lifecycle)
-    assert plain.kwargs == managed.kwargs
-    assert (plain.kwargs["name"], plain.kwargs["executable"]) == ("videokv", "videokv_node")
-    assert plain.kwargs["namespace"] == substitutions.LaunchConfiguration("namespace")
-    overrides = plain.kwargs["parameters"][1]
-    value_of = modules["launch_ros.parameter_descriptions"].ParameterValue
-    # The node reads the same choice as its `lifecycle` parameter (main picks the class by it).
-    assert overrides["lifecycle"] == value_of(lifecycle, value_type=bool)
-    assert overrides["use_sim_time"] == value_of(substitutions.LaunchConfiguration("use_sim_time"), value_type=bool)
-    assert plain.kwargs["remappings"] == [("image", substitutions.LaunchConfiguration("image_topic"))]
-    assert _keyword(_launch_arguments()["lifecycle"], "default_value") == str(parameter_table()["lifecycle"][2]).lower()
+    actions, substitutions = modules["launch_ros.actions"], modules["launch.substitutions"]
+    managed_file = tmp_path / "managed.yaml"
+    managed_file.write_text(yaml.safe_dump({"/**": {"ros__parameters": {"lifecycle": True}}}))
+    cases = [({}, actions.Node), ({"lifecycle": "true"}, actions.LifecycleNode),
+             ({"params_file": str(managed_file)}, actions.LifecycleNode),
+             ({"params_file": str(managed_file), "lifecycle": "false"}, actions.Node)]
+    kinds = []
+    for arguments, kind in cases:
+        node, _ = _launched(entities, **arguments)
+        assert type(node) is kind, arguments
+        kinds.append(node.kwargs)
+    for kwargs in kinds:
+        kwargs.pop("parameters")
+        assert kwargs == kinds[0]
+    assert (kinds[0]["name"], kinds[0]["executable"]) == ("videokv", "videokv_node")
+    assert kinds[0]["namespace"] == substitutions.LaunchConfiguration("namespace")
+    assert "remappings" not in kinds[0]  # image_topic sets image_topics, which wins over the file's list
 
 
-def test_memory_dir_alone_turns_on_snapshots_and_restore(launch_description):
-    """Without memory_dir the launch sets no snapshot parameter (a params file's stand); with it,
-    the directory, the period (a float launch argument) and restore_on_start: latest."""
-    entities, modules = launch_description
-    value_of = modules["launch_ros.parameter_descriptions"].ParameterValue
-    period = value_of(modules["launch.substitutions"].LaunchConfiguration("snapshot_period_s"), value_type=float)
-    for memory_dir, expected in (("", {}), ("  ", {}), ("/var/lib/videokv", {
-            "memory.snapshot_dir": "/var/lib/videokv", "memory.snapshot_period_s": period, "memory.restore_on_start": "latest"})):
-        for node in _launched_nodes(entities, memory_dir=memory_dir):
-            overrides = node.kwargs["parameters"][1]
-            assert {k: v for k, v in overrides.items() if "snapshot" in k or "restore" in k} == expected, memory_dir
-    assert _keyword(_launch_arguments()["memory_dir"], "default_value") == ""
-    assert float(_keyword(_launch_arguments()["snapshot_period_s"], "default_value")) > 0
+def test_the_params_file_is_read_for_the_node_as_rclpy_reads_it(launch_description, tmp_path):
+    """file_parameter: sections /**, /* and the node's full name (leading / optional), later winning;
+    nested and dotted keys; None for what the file does not set, and for an unreadable file."""
+    assert launch_description  # launch and launch_ros stood in for, so the file can be run
+    file_parameter = runpy.run_path(str(LAUNCH))["file_parameter"]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "robot1/videokv": {"ros__parameters": {"memory": {"policy": "mukv"}}},
+        "/**": {"ros__parameters": {"memory.policy": "hermes", "lifecycle": True, "model": "tiny"}},
+        "/other": {"ros__parameters": {"model": "other"}},
+    }))
+    assert file_parameter(str(path), "/robot1/videokv", "memory.policy") == "mukv"
+    assert file_parameter(str(path), "/videokv", "memory.policy") == "hermes"
+    assert file_parameter(str(path), "/robot1/videokv", "model") == "tiny"
+    assert file_parameter(str(path), "/robot1/videokv", "pose_topic") is None
+    assert file_parameter(str(tmp_path / "absent.yaml"), "/videokv", "model") is None
+    assert file_parameter(str(YAML), "/videokv", "memory.snapshot_period_s") == 0.0
+
+
+def test_memory_dir_turns_on_snapshots_and_restore_with_a_period_from_the_argument_the_file_or_the_default(
+        launch_description, tmp_path):
+    """Without memory_dir the launch sets no snapshot parameter (a params file's stand); with it, the
+    directory, restore_on_start: latest and a period: the argument's as given, else the file's if above 0, else 60 s."""
+    entities, _ = launch_description
+    snap = {"memory.snapshot_dir": "/var/lib/videokv", "memory.restore_on_start": "latest"}
+    assert _launched(entities, memory_dir="")[1] == {}
+    assert _launched(entities, memory_dir="/var/lib/videokv")[1] == {**snap, "memory.snapshot_period_s": 60.0}
+    for given in (2.5, 0.0):  # given, it stands, 0 (restore only) too
+        assert _launched(entities, memory_dir="/var/lib/videokv", snapshot_period_s=str(given))[1] == {
+            **snap, "memory.snapshot_period_s": given}
+    own = tmp_path / "own.yaml"
+    own.write_text(yaml.safe_dump({"videokv": {"ros__parameters": {"memory": {"snapshot_period_s": 30.0}}}}))
+    assert _launched(entities, memory_dir="/var/lib/videokv", params_file=str(own))[1] == {
+        **snap, "memory.snapshot_period_s": 30.0}
 
 
 def test_every_launch_argument_is_documented_in_the_readme(launch_description):

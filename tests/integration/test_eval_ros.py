@@ -106,13 +106,13 @@ def test_the_ros_command_is_the_eval_cli_with_via_ros(tmp_path, monkeypatch, cap
     made = {}
 
     class NoNode:  # stands in for RosTarget: records what the command gives it, starts nothing
-        def __init__(self, settings, params, topics, compressed, log_path=None):
-            made.update(topics=topics, compressed=compressed, log_path=log_path, model=params["model"])
+        def __init__(self, settings, params, topics, compressed, log_path=None, relay=None):
+            made.update(topics=topics, compressed=compressed, log_path=log_path, model=params["model"], relay=relay)
             raise RuntimeError("no node in this test")
 
     monkeypatch.setattr(evaluate, "RosTarget", NoNode)
     assert evaluate.main(args + ["--out", str(tmp_path / "o2")]) == 1  # a run that failed: summarised, status 1
     assert made == {"topics": ["/cam_a", "/cam_b/compressed"], "compressed": {"/cam_b/compressed"},
-                    "log_path": tmp_path / "o2" / "node.log", "model": "tiny"}
+                    "log_path": tmp_path / "o2" / "node.log", "model": "tiny", "relay": {}}
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
     assert summary["config"]["via"] == "ros" and "no node in this test" in summary["run_error"]

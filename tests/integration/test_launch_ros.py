@@ -131,15 +131,61 @@ def test_default_arguments_start_the_real_model_and_answer(ros2_env, tmp_path):
     assert_clean_exit(out)
 
 
-def test_params_file_and_namespace_with_param_set_and_service_calls(ros2_env, tmp_path):
+def dumped(env, node: str) -> dict:
+    """`ros2 param dump NODE`: the node's parameters, nested as in a params file."""
+    dump = ros2(env, "param", "dump", node)
+    assert dump.returncode == 0, dump
+    return yaml.safe_load(dump.stdout)[node]["ros__parameters"]
+
+
+def test_a_params_file_alone_decides_every_parameter_a_launch_argument_could_set(ros2_env, tmp_path):
+    """No launch argument but params_file: what the file sets stands (the launch defaults used to be
+    passed after it: model and policy came back as videokv-tiny and rekv), what it does not set is
+    the node's default, and its `lifecycle: true` makes a managed node, unconfigured."""
     params = tmp_path / "robot.yaml"
     params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
-        "model": "tiny", "memory": {"policy": "mukv", "snapshot_dir": str(tmp_path / "snaps")}}}}))
-    # A launch argument wins over the params file for what it sets (the launch passes model:=... after it).
-    launch = Launch(ros2_env, tmp_path, f"params_file:={params}", "namespace:=robot1", "model:=tiny", "policy:=mukv")
+        "model": "tiny", "lifecycle": True, "image_topics": ["/file/cam"],
+        "memory": {"policy": "hermes", "question_stage": "tgvkv"}}}}))
+    launch = Launch(ros2_env, tmp_path, f"params_file:={params}")
+    try:
+        deadline = time.monotonic() + 120
+        while "unconfigured" not in (state := ros2(ros2_env, "lifecycle", "get", "/videokv")).stdout:
+            assert time.monotonic() < deadline, f"{state}\n{launch.output()}"
+            time.sleep(1)
+        got = dumped(ros2_env, "/videokv")
+        # From the file:
+        assert (got["model"], got["lifecycle"], got["image_topics"]) == ("tiny", True, ["/file/cam"])
+        assert (got["memory"]["policy"], got["memory"]["question_stage"]) == ("hermes", "tgvkv")
+        # Set by neither: the node's defaults.
+        assert (got["pose_topic"], got["use_sim_time"]) == ("", False)
+        assert (got["memory"]["snapshot_dir"], got["memory"]["snapshot_period_s"], got["memory"]["restore_on_start"]) == ("", 0.0, "")
+    finally:
+        out = launch.stop()
+    assert_clean_exit(out)
+
+
+def test_every_launch_argument_given_wins_over_the_params_file(ros2_env, tmp_path):
+    """A params file setting every parameter a launch argument sets, each argument given otherwise:
+    the arguments win (lifecycle:=false over the file's true: the plain node, active), in a namespace;
+    then param set and the snapshot services work as usual."""
+    params = tmp_path / "robot.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "model": "videokv-tiny", "lifecycle": True, "use_sim_time": True, "pose_topic": "/file/odom",
+        "image_topics": ["/file/cam"], "memory": {"policy": "hermes", "question_stage": "tgvkv",
+                                                  "snapshot_dir": str(tmp_path / "file_snaps"), "snapshot_period_s": 30.0}}}}))
+    mem = tmp_path / "snaps"
+    launch = Launch(ros2_env, tmp_path, f"params_file:={params}", "namespace:=robot1", "model:=tiny", "policy:=mukv",
+                    "question_stage:=none", "image_topic:=/cam/image", "pose_topic:=/odom", "use_sim_time:=false",
+                    "lifecycle:=false", f"memory_dir:={mem}", "snapshot_period_s:=1000.0")
     try:
         launch.wait_for("active: ingesting frames and answering questions")
         assert "[robot1.videokv]" in launch.output()
+        got = dumped(ros2_env, "/robot1/videokv")
+        assert (got["model"], got["lifecycle"], got["use_sim_time"], got["pose_topic"], got["image_topics"]) == (
+            "tiny", False, False, "/odom", ["/cam/image"])
+        assert (got["memory"]["policy"], got["memory"]["question_stage"]) == ("mukv", "none")
+        assert (got["memory"]["snapshot_dir"], got["memory"]["snapshot_period_s"], got["memory"]["restore_on_start"]) == (
+            str(mem), 1000.0, "latest")
         bad = ros2(ros2_env, "param", "set", "/robot1/videokv", "memory.budget_tokens", "5")
         said = bad.stdout + bad.stderr
         assert "Setting parameter failed" in said and "must be smaller than memory.budget_tokens (5)" in said, bad
@@ -148,7 +194,7 @@ def test_params_file_and_namespace_with_param_set_and_service_calls(ros2_env, tm
         assert "8192" in ros2(ros2_env, "param", "get", "/robot1/videokv", "memory.budget_tokens").stdout
         saved = ros2(ros2_env, "service", "call", "/robot1/videokv/save_memory", "videokv_interfaces/srv/SaveMemory", "{name: 'x'}")
         assert "success=True" in saved.stdout, saved
-        assert (tmp_path / "snaps" / "x" / "manifest.json").is_file()
+        assert (mem / "x" / "manifest.json").is_file()
     finally:
         out = launch.stop()
     assert_clean_exit(out)

@@ -1,4 +1,5 @@
-"""Periodic snapshots over real DDS: SIGKILL mid-stream loses one period at most; a write that fails WARNs.
+"""Periodic snapshots over real DDS: SIGKILL mid-stream loses one period at most; a torn newest snapshot
+falls back, a damaged shared segment costs only its frames; a write that fails WARNs.
 
 The node runs as a separate process fed by this one; it is killed with SIGKILL (no clean-up,
 as on power loss or the OOM killer) while a camera thread is still publishing, and restarted with
@@ -190,6 +191,27 @@ def test_sigkill_mid_stream_loses_one_period_at_most_and_a_corrupt_newest_falls_
         assert f"periodic snapshot {snaps[-1].name} refused" in out and "state.safetensors is corrupt" in out
         assert f"memory restored from {snaps[-2]}" in out
         assert client.ask("What is on the table?", **OLD).answer == before_open.answer
+
+    # And a segment of that snapshot damaged too (shared segments: every snapshot linking it sees it):
+    # every other segment is restored, the bad one named in the log with what it cost.
+    segments = sorted(snaps[-2].glob("seg-*.safetensors"))  # named by their first block id: oldest first
+    assert len(segments) >= 2, segments  # one per period: the oldest frames sit in another segment
+    bad = segments[-1]
+    data = bytearray(bad.read_bytes())
+    data[-5] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    with running_node(ros, params, "videokv_periodic4") as (proc, client, _):
+        stats = client.wait_stats(lambda s: s.frames_ingested > 0, timeout=60)
+        out = proc.output()
+        assert f"memory restored from {snaps[-2]}" in out and f"{snaps[-2].name} refused" not in out
+        loss = re.search(rf"1 segment\(s\) lost, (\d+) blocks and (\d+) frames not restored: {bad.name} \(.*is corrupt", out)
+        assert loss, out
+        lost_frames = int(loss.group(2))
+        assert 0 < lost_frames < stats.frames_ingested and stats.frames_in_memory == stats.frames_ingested - lost_frames
+        # The oldest frames were in a good segment: still there, answered from.
+        assert time_to_ns(stats.oldest_stamp) == FIRST_S * NS
+        answer = client.ask("What is on the table?", **OLD)
+        assert answer.success and all(OLD["since_ns"] <= time_to_ns(t) <= OLD["until_ns"] for t in answer.evidence_stamps)
 
 
 def test_a_snapshot_directory_that_refuses_writes_warns_and_loses_nothing(ros, tmp_path):

@@ -58,9 +58,10 @@ def test_the_check_finds_a_target_that_drifted():
         def ask(self, question, extra) -> None: ...
         def close(self) -> None: ...
 
-    assert set(protocol_members(BagTarget)) == {"via", "counts", "offer", "settle", "ask", "memory", "close", "report"}
+    assert set(protocol_members(BagTarget)) == {"via", "counts", "offer", "settle", "ask", "memory", "close", "relay",
+                                                "report"}
     assert missing(Drifted, BagTarget) == ["method ask('question', 'extra'), the protocol's takes ('q',)",
-                                           "method memory", "attribute counts", "method report"]
+                                           "method memory", "attribute counts", "method relay", "method report"]
 
 
 @pytest.mark.parametrize("target, protocol", [(EngineTarget, BagTarget), (RosTarget, BagTarget), (TextTarget, EvalTarget)],

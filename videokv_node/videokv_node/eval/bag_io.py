@@ -11,12 +11,13 @@ array here as in the node.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.rosbag2.metadata import Qos
 from rosbags.typesys import Stores, get_typestore
 
 from videokv_node.ingest.image_decode import (
@@ -30,6 +31,10 @@ from videokv_node.ingest.sampler import NS_PER_S
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
 IMAGE_TYPES = (IMAGE, COMPRESSED)
+# What a replay passes on to the node besides images, as ``ros2 bag play`` would: poses (pose_topic),
+# tf (pose_source tf) and camera_info. Never /clock: the replay publishes its own from the bag time.
+RELAY_TYPES = ("nav_msgs/msg/Odometry", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/PoseWithCovarianceStamped",
+               "tf2_msgs/msg/TFMessage", "sensor_msgs/msg/CameraInfo")
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 
@@ -63,16 +68,28 @@ class BagImage:
         return bytes(TYPESTORE.serialize_cdr(m, COMPRESSED if self.compressed else IMAGE))
 
 
+@dataclass(frozen=True, slots=True)
+class BagMessage:
+    """One recorded message of a relayed topic (RELAY_TYPES), passed on unchanged."""
+
+    topic: str
+    msgtype: str  # "nav_msgs/msg/Odometry"
+    bag_time_ns: int
+    raw: bytes  # the serialized (CDR) message as recorded
+
+
 class ImageBag:
     """A rosbag2 opened for its image topics; use as a context manager.
 
     ``start_ns``/``end_ns`` are the whole bag's recording span (its metadata): the
     stream's origin for question times and its end. ``images()`` yields the chosen
     topics' messages in bag time order; a read error part-way raises BagError after
-    the messages read so far were yielded.
+    the messages read so far were yielded. ``messages()`` yields the same images and, in
+    bag time order among them, the messages of ``relay`` (every topic of the bag whose
+    type is in RELAY_TYPES, by default: odometry, tf, camera_info) as BagMessage.
     """
 
-    def __init__(self, path: str | Path, topics: Iterable[str] | None = None) -> None:
+    def __init__(self, path: str | Path, topics: Iterable[str] | None = None, relay: Iterable[str] | None = None) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise BagError(f"{self.path}: no such bag")
@@ -97,6 +114,9 @@ class ImageBag:
             wanted = list(self.available)
         self.topics = wanted
         self._connections = [c for c in self._reader.connections if c.topic in wanted]
+        relayable = {c.topic: c.msgtype for c in self._reader.connections if c.msgtype in RELAY_TYPES}
+        self.relay = {t: relayable[t] for t in (sorted(relayable) if relay is None else relay) if t in relayable}
+        self._relayed = [c for c in self._reader.connections if c.topic in self.relay]
         self.start_ns = int(self._reader.start_time)
         self.end_ns = int(self._reader.end_time)
 
@@ -105,12 +125,23 @@ class ImageBag:
         """The bag's name, matched against the question file's video_id."""
         return self.path.stem if self.path.is_file() else self.path.name
 
-    def message_count(self) -> int:
-        return sum(c.msgcount for c in self._connections)
+    def message_count(self, relayed: bool = False) -> int:
+        """The chosen image topics' messages (and the relayed topics', if ``relayed``)."""
+        return sum(c.msgcount for c in self._connections + (self._relayed if relayed else []))
 
     def images(self) -> Iterator[BagImage]:
+        yield from self._read(self._connections)  # type: ignore[misc]: only image connections, so only BagImages
+
+    def messages(self) -> Iterator[BagImage | BagMessage]:
+        """The images and the relayed topics' messages, in bag time order."""
+        yield from self._read(self._connections + self._relayed)
+
+    def _read(self, connections) -> Iterator[BagImage | BagMessage]:
         try:
-            for conn, t_ns, raw in self._reader.messages(connections=self._connections):
+            for conn, t_ns, raw in self._reader.messages(connections=connections):
+                if conn.msgtype not in IMAGE_TYPES:
+                    yield BagMessage(conn.topic, conn.msgtype, int(t_ns), bytes(raw))
+                    continue
                 msg = TYPESTORE.deserialize_cdr(raw, conn.msgtype)
                 stamp = msg.header.stamp
                 yield BagImage(conn.topic, int(t_ns), int(stamp.sec) * NS_PER_S + int(stamp.nanosec),
@@ -143,8 +174,14 @@ def image_message(rgb: np.ndarray, stamp_ns: int, frame_id: str = "camera", comp
                         is_bigendian=int(f["is_bigendian"]), step=f["step"], data=np.frombuffer(f["data"], np.uint8))
 
 
-def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]], storage: str = "mcap") -> int:
-    """Write (topic, bag_time_ns, rosbags message) as a new rosbag2 directory, in the order given; returns the count."""
+def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]], storage: str = "mcap",
+                   qos: Mapping[str, Sequence[Qos]] | None = None) -> int:
+    """Write (topic, bag_time_ns, rosbags message) as a new rosbag2 directory, in the order given; returns the count.
+
+    ``qos``: a topic's offered QoS profiles, recorded in the bag's metadata as ``ros2 bag record``
+    does; ``ros2 bag play`` publishes with them (/tf_static must be transient local, or a node
+    started after its one message never sees it). Other topics get rosbag2's defaults.
+    """
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
     path = Path(path)
@@ -158,7 +195,8 @@ def write_messages(path: str | Path, messages: Iterable[tuple[str, int, object]]
             for topic, t_ns, msg in messages:
                 msgtype = msg.__msgtype__
                 if topic not in conns:
-                    conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE)
+                    conns[topic] = writer.add_connection(topic, msgtype, typestore=TYPESTORE,
+                                                         offered_qos_profiles=(qos or {}).get(topic, ()))
                 writer.write(conns[topic], int(t_ns), TYPESTORE.serialize_cdr(msg, msgtype))
                 count += 1
         _rename_bag(partial, path)

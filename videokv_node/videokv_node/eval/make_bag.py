@@ -5,6 +5,8 @@ and a synthetic bag with its questions (for tests and demos).
         [--storage mcap|sqlite3] [--compressed jpeg|png] [--max-side 448] [--max-frames N]
     python -m videokv_node.eval.make_bag --streamingbench questions_real.json --out QUESTIONS.json
     python -m videokv_node.eval.make_bag --synthetic --out BAG [--frames 40] [--fps 2] [--questions Q.json]
+    python -m videokv_node.eval.make_bag --robot --out BAG [--questions Q.json] [--seconds S] [--fps 1] [--size 160 120]
+        (a robot's bag: real footage, camera_info, odometry and tf, with questions; eval/robot_bag.py; make bag)
 
 A bag's header stamps equal its bag times, starting at ``--start`` seconds (not 0:
 a zero stamp means "unstamped" to the node), so a question's ``end_time`` t is
@@ -169,11 +171,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="the bag directory (or question file) to write")
     p.add_argument("--streamingbench", type=Path, help="convert this StreamingBench question file instead")
     p.add_argument("--synthetic", action="store_true", help="write the synthetic scenario instead of a video")
-    p.add_argument("--questions", type=Path, help="--synthetic: also write its questions here")
+    p.add_argument("--robot", action="store_true",
+                   help="write the robot bag (real footage, camera_info, odometry, tf; eval/robot_bag.py) instead")
+    p.add_argument("--questions", type=Path, help="--synthetic, --robot: also write its questions here")
     p.add_argument("--frames", type=int, default=40, help="--synthetic: frames in the scenario (>= 20)")
-    p.add_argument("--size", type=int, nargs=2, default=(64, 48), metavar=("W", "H"), help="--synthetic: frame size")
+    p.add_argument("--size", type=int, nargs=2, metavar=("W", "H"), help="--synthetic (64 48), --robot (160 120): frame size")
     p.add_argument("--seed", type=int, default=0, help="--synthetic: background texture seed")
-    p.add_argument("--fps", type=float, default=2.0, help="frames per second written (video: 0 = every frame)")
+    p.add_argument("--seconds", type=float, help="--robot: only the first this many seconds of the drive (default: all, 120)")
+    p.add_argument("--fps", type=float, help="frames per second written (default 2; --robot: the camera's rate, 1; "
+                                             "video: 0 = every frame)")
     p.add_argument("--topic", default=DEFAULT_TOPIC)
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     p.add_argument("--compressed", choices=("jpeg", "png"), help="write sensor_msgs/CompressedImage")
@@ -186,23 +192,32 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     start_ns = round(args.start * NS_PER_S)
+    fps = args.fps if args.fps is not None else (1.0 if args.robot else 2.0)
     try:
         if args.streamingbench:
             converted = convert_streamingbench(json.loads(args.streamingbench.read_text(encoding="utf-8")))
             args.out.write_text(json.dumps(converted, indent=1) + "\n")
             print(f"{sum(len(v['conversations']) for v in converted)} questions of {len(converted)} videos -> {args.out}")
+        elif args.robot:
+            from videokv_node.eval.robot_bag import write_robot_bag
+
+            n, questions = write_robot_bag(args.out, *(args.size or (160, 120)), camera_hz=fps, seconds=args.seconds,
+                                           storage=args.storage)
+            if args.questions:
+                args.questions.write_text(json.dumps(questions, indent=1) + "\n")
+            print(f"{n} messages -> {args.out}" + (f", questions -> {args.questions}" if args.questions else ""))
         elif args.synthetic:
-            n, questions = make_synthetic_bag(args.out, args.frames, args.fps, *args.size, seed=args.seed, topic=args.topic,
+            n, questions = make_synthetic_bag(args.out, args.frames, fps, *(args.size or (64, 48)), seed=args.seed, topic=args.topic,
                                               storage=args.storage, compressed=args.compressed or "", start_ns=start_ns)
             if args.questions:
                 args.questions.write_text(json.dumps(questions, indent=1) + "\n")
             print(f"{n} frames -> {args.out}" + (f", questions -> {args.questions}" if args.questions else ""))
         elif args.video:
-            frames = video_frames(args.video, args.fps, args.max_side, args.max_frames, start_ns)
+            frames = video_frames(args.video, fps, args.max_side, args.max_frames, start_ns)
             n = write_image_bag(args.out, frames, args.topic, args.storage, args.compressed or "")
             print(f"{n} frames of {args.video} -> {args.out} ({args.topic})")
         else:
-            print("error: give a VIDEO, --streamingbench FILE or --synthetic", file=sys.stderr)
+            print("error: give a VIDEO, --streamingbench FILE, --synthetic or --robot", file=sys.stderr)
             return 2
     except (OSError, ValueError) as exc:  # QuestionFileError and json errors are ValueErrors
         print(f"error: {exc}", file=sys.stderr)

@@ -22,7 +22,7 @@ import time
 
 from tqdm import tqdm
 
-from videokv_node.eval.bag_io import BagError, BagImage, ImageBag
+from videokv_node.eval.bag_io import BagError, BagImage, BagMessage, ImageBag
 from videokv_node.eval.questions import EvalQuestion, VideoQuestions
 from videokv_node.eval.grounding import in_span, span_recall, spans_ns
 from videokv_node.eval.recall import needle_recall, needle_token_share
@@ -108,6 +108,9 @@ class EngineTarget:
 
     def settle(self) -> None:
         """Nothing to wait for: ``offer`` returns once the frame is encoded."""
+
+    def relay(self, message: BagMessage) -> None:
+        """Nothing: the engine's frames carry no poses (the node's do: ``--via ros`` passes odometry and tf on)."""
 
     def ask(self, q: EvalQuestion) -> Reply:
         question = Question(q.question, list(q.choices))
@@ -205,6 +208,7 @@ def _ask(target: EvalTarget, video_id: str, q: EvalQuestion, writer: ResultWrite
         question_type=q.question_type, stream_time_s=q.end_time, method=reply.method,
         needle_recall=recall, needle_recall_layers=recall_layers, needle_token_share=token_share,
         span_recall=span_recall(reply.evidence_ns, spans), in_span=in_span(reply.evidence_ns, spans),
+        evidence_poses=reply.evidence_poses,
     ))
 
 
@@ -231,9 +235,13 @@ def replay(bag: ImageBag, video: VideoQuestions, target: BagTarget, writer: Resu
     pacer = Pacer(rate)
     error = None
     first_s = None  # bag time of the first image
-    bar = tqdm(total=bag.message_count(), unit="msg", desc=f"{video.video_id} via {target.via}", disable=not progress)
+    bar = tqdm(total=bag.message_count(relayed=True), unit="msg", desc=f"{video.video_id} via {target.via}", disable=not progress)
     try:
-        for image in bag.images():
+        for image in bag.messages():
+            if isinstance(image, BagMessage):  # odometry, tf, camera_info: passed on in its place, asked nothing
+                target.relay(image)
+                bar.update(1)
+                continue
             t = (image.bag_time_ns - origin) / NS_PER_S
             while pending and pending[0].end_time < t:
                 q = pending.pop(0)
@@ -264,7 +272,8 @@ def replay(bag: ImageBag, video: VideoQuestions, target: BagTarget, writer: Resu
         pacer.resume(min(q.end_time, end_s))
     counts = target.counts
     return {
-        "bag": {"path": str(bag.path), "name": bag.name, "topics": bag.topics, "duration_s": end_s,
+        "bag": {"path": str(bag.path), "name": bag.name, "topics": bag.topics, "relayed_topics": sorted(bag.relay),
+                "duration_s": end_s,
                 "messages": counts.messages, "frames_admitted": counts.admitted, "frames_skipped": counts.skipped,
                 "frames_dropped": counts.dropped, "drop_reasons": counts.drop_reasons},
         "bag_error": error,

@@ -26,7 +26,7 @@ COLUMNS = (
     "encode_ms_total", "frames_in_memory", "tokens_resident", "bytes_resident", "bytes_offloaded", "evidence_stamps",
 )
 EXTRA_COLUMNS = ("question_type", "stream_time_s", "method", "needle_recall", "needle_recall_layers", "needle_token_share",
-                 "span_recall", "in_span")
+                 "span_recall", "in_span", "evidence_poses")
 
 
 @dataclass(slots=True)
@@ -55,6 +55,7 @@ class QuestionResult:
     needle_token_share: float | None = None  # mean per-layer share of the needles' tokens attended; None as the column above
     span_recall: float | None = None  # share of the ground-truth time spans holding an evidence frame (eval/grounding.py)
     in_span: float | None = None  # share of the evidence frames inside a ground-truth span; None: no spans
+    evidence_poses: list[tuple[float, float, float] | None] | None = None  # per evidence stamp (x, y, yaw) or None; None: no poses
 
     def csv_row(self) -> list[str]:
         values = dataclasses.asdict(self)
@@ -65,6 +66,9 @@ class QuestionResult:
         for key in ("needle_recall", "needle_recall_layers", "needle_token_share", "span_recall", "in_span"):
             values[key] = "" if values[key] is None else f"{values[key]:.4f}"
         values["encode_ms_total"] = f"{self.encode_ms_total:.3f}"
+        # "x,y,yaw" per evidence stamp, "-" where that frame has no pose; empty when the target gives no poses
+        values["evidence_poses"] = "" if self.evidence_poses is None else " ".join(
+            "-" if p is None else ",".join(f"{v:.3f}" for v in p) for p in self.evidence_poses)
         return [str(values[c]) for c in COLUMNS + EXTRA_COLUMNS]
 
 

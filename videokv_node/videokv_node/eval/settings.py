@@ -18,10 +18,15 @@ from videokv_node.node_settings import model_defaults
 from videokv_node.settings import ENGINE_SECTIONS, build_sections, defaults_for, parameters
 
 
+# Sections an evaluation accepts and passes on to the node (``--via ros``) that the engine does not read:
+# poses (``pose_topic`` ..., so that a bag's odometry or tf, which the replay passes on, gives the answers' poses).
+NODE_SECTIONS = ("pose",)
+
+
 def _defaults() -> dict[str, object]:
-    """Default of every parameter an evaluation accepts: the model's and the engine sections'."""
+    """Default of every parameter an evaluation accepts: the model's, the engine sections' and NODE_SECTIONS'."""
     out = model_defaults()
-    out.update({name: p.default for name, p in parameters(ENGINE_SECTIONS).items()})
+    out.update({name: p.default for name, p in parameters(ENGINE_SECTIONS + NODE_SECTIONS).items()})
     return out
 
 
@@ -64,6 +69,7 @@ def engine_settings(params: dict) -> EngineSettings:
     # memory.preset's values for the policy, then the explicit parameters over them (memory/presets.py).
     memory_defaults = {name: value for name, value in defaults_for(params).items() if name.startswith("memory.")}
     sections = build_sections({**memory_defaults, **params}, ENGINE_SECTIONS)
+    build_sections(params, NODE_SECTIONS)  # validated here (a bad pose_type refused before the node starts), not kept
     return EngineSettings(**model, **sections)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from videokv_node.eval.bag_io import BagImage
+    from videokv_node.eval.bag_io import BagImage, BagMessage
     from videokv_node.eval.questions import EvalQuestion
     from videokv_node.eval.results import ResultWriter
 
@@ -40,6 +40,8 @@ class Reply:
     method: str  # "likelihood", "letter" or "cloze" for multiple choice, "" for open questions
     layer_evidence_ns: list[list[int]] | None = None  # per layer, the frames it attended to; None where unseen (ROS)
     layer_token_share: list[dict[int, float]] | None = None  # per layer, {frame: share of its tokens attended}; None where unseen
+    # per evidence stamp, the robot's (x, y, yaw) there or None (no pose); None where the target gives no poses (engine)
+    evidence_poses: list[tuple[float, float, float] | None] | None = None
 
 
 @dataclass(slots=True)
@@ -93,6 +95,9 @@ class BagTarget(EvalTarget["BagImage"], Protocol):
     """A target fed from a rosbag2 (``replay.replay``): it counts the bag's messages and reports its own figures."""
 
     counts: ReplayCounts
+
+    def relay(self, message: BagMessage) -> None:
+        """Pass on a recorded non-image message (odometry, tf, camera_info), in its place in the stream."""
 
     def report(self, writer: ResultWriter, origin_ns: int) -> dict:
         """Write ingest times and memory samples to ``writer`` (stream time from ``origin_ns``); return summary extras."""

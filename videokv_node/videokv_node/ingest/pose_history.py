@@ -29,7 +29,7 @@ import enum
 import math
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from videokv_node.config_base import param
 from videokv_node.pose import Pose, interpolate
@@ -37,6 +37,15 @@ from videokv_node.pose import Pose, interpolate
 NS_PER_S = 1_000_000_000
 POSE_TYPES = ("auto", "odometry", "pose_stamped", "pose_with_covariance_stamped")
 POSE_SOURCES = ("topic", "tf")
+# Why a frame got no pose: the keys of PoseCounters.without_pose (and of /diagnostics' "videokv: poses").
+WITHOUT_POSE_REASONS = {
+    "no_pose_yet": "topic: no pose received yet",
+    "outside_span": "topic: further than pose_tolerance_s outside the poses received",
+    "no_transform": "tf: no transform pose_frame <- base_frame in the tf tree (a frame unknown or not connected)",
+    "late": "tf: after pose_tf_wait_s, still newer than the newest transform by more than pose_tolerance_s",
+    "too_old": "tf: older than the transforms the tf buffer still holds",
+}
+TF_WAIT_MAX_S = 5.0  # a frame waiting longer would outlive the transforms around it in the tf buffer (10 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +54,11 @@ class PoseConfig:
 
     pose_topic: str = param("", "robot pose topic (nav_msgs/Odometry, geometry_msgs/PoseStamped or PoseWithCovarianceStamped); each sampled frame stores the pose interpolated at its stamp; empty: no poses")
     pose_type: str = param("auto", f"message type of pose_topic: {', '.join(POSE_TYPES)} (auto: as the topic graph shows it; the subscription waits until the topic appears)", choices=POSE_TYPES)
-    pose_source: str = param("topic", f"where poses come from: {' or '.join(POSE_SOURCES)} (tf: the transform pose_frame <- base_frame at each frame's stamp; needs tf2_ros, i.e. ROS 2 from apt)", choices=POSE_SOURCES)
+    pose_source: str = param("topic", f"where poses come from: {' or '.join(POSE_SOURCES)} (tf: the transform pose_frame <- base_frame at each frame's stamp, from a tf2_ros buffer)", choices=POSE_SOURCES)
     pose_frame: str = param("map", "pose_source tf: the fixed frame poses are expressed in")
     base_frame: str = param("base_link", "pose_source tf: the robot frame whose pose is stored")
     pose_tolerance_s: float = param(0.1, "a frame at most this far before the oldest or after the newest pose gets that pose; further out it gets none (counted)")
+    pose_tf_wait_s: float = param(0.5, f"pose_source tf: how long a sampled frame may wait (node clock) for the transform at its stamp, parked outside the model's queue; then it gets the newest transform if within pose_tolerance_s, else none (counted by reason); 0: no wait; at most {TF_WAIT_MAX_S} s")
     pose_history_size: int = param(2000, "poses kept to interpolate frames' poses from (a frame older than the oldest gets none)")  # 100 s of 20 Hz odometry
     pose_reset_backward_s: float = param(2.0, "a pose stamp jumping back more than this restarts the pose history (clock reset); smaller jumps back are dropped and counted")
 
@@ -57,10 +67,12 @@ class PoseConfig:
             raise ValueError(f"pose_type must be one of {POSE_TYPES}, got {self.pose_type!r}")
         if self.pose_source not in POSE_SOURCES:
             raise ValueError(f"pose_source must be one of {POSE_SOURCES}, got {self.pose_source!r}")
-        for name in ("pose_tolerance_s", "pose_reset_backward_s"):
+        for name in ("pose_tolerance_s", "pose_reset_backward_s", "pose_tf_wait_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        if self.pose_tf_wait_s > TF_WAIT_MAX_S:
+            raise ValueError(f"pose_tf_wait_s must be <= {TF_WAIT_MAX_S} (the tf buffer's span), got {self.pose_tf_wait_s}")
         if self.pose_history_size < 2:
             raise ValueError(f"pose_history_size must be >= 2 (interpolation needs two poses), got {self.pose_history_size}")
         if self.pose_source == "tf" and not (self.pose_frame and self.base_frame):
@@ -73,6 +85,10 @@ class PoseConfig:
     @property
     def tolerance_ns(self) -> int:
         return round(self.pose_tolerance_s * NS_PER_S)
+
+    @property
+    def tf_wait_ns(self) -> int:
+        return round(self.pose_tf_wait_s * NS_PER_S)
 
 
 class PoseAdd(enum.Enum):
@@ -90,7 +106,8 @@ class PoseAdd(enum.Enum):
 
 @dataclass(slots=True)
 class PoseCounters:
-    """Counts since start. Invariant: received == added + non_finite + backwards (resets are added too)."""
+    """Counts since start. Invariants: received == added + non_finite + backwards (resets are added too);
+    frames_without_pose == sum(without_pose.values())."""
 
     received: int = 0
     added: int = 0
@@ -99,6 +116,17 @@ class PoseCounters:
     resets: int = 0
     frames_with_pose: int = 0  # frames asked for and given a pose
     frames_without_pose: int = 0  # frames outside the span by more than pose_tolerance_s (or no history)
+    without_pose: dict[str, int] = field(default_factory=dict)  # frames_without_pose by reason (WITHOUT_POSE_REASONS' keys)
+    frames_waited: int = 0  # pose_source tf: frames that got their pose only after waiting for the transform
+    waits_cut_short: int = 0  # pose_source tf: frames let go before pose_tf_wait_s because too many were waiting
+
+    def count_frame(self, pose: Pose | None, reason: str) -> None:
+        """One frame asked for its pose: with one, or without one for ``reason``."""
+        if pose is not None:
+            self.frames_with_pose += 1
+            return
+        self.frames_without_pose += 1
+        self.without_pose[reason] = self.without_pose.get(reason, 0) + 1
 
 
 @dataclass(slots=True)
@@ -155,10 +183,7 @@ class PoseHistory:
         """The pose at ``stamp_ns`` (module docstring), counted as a frame with or without a pose."""
         pose = self.peek(stamp_ns)
         with self._lock:
-            if pose is None:
-                self.counters.frames_without_pose += 1
-            else:
-                self.counters.frames_with_pose += 1
+            self.counters.count_frame(pose, "outside_span" if self._stamps else "no_pose_yet")
         return pose
 
     def peek(self, stamp_ns: int) -> Pose | None:

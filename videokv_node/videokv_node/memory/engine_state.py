@@ -96,6 +96,11 @@ class EngineStateMixin:
     def load_state_dict(self, state: dict) -> None:
         """Replace every block, the counters, the poses and the policy's state by ``state``'s.
 
+        ``state["lost"]["blocks"]`` (optional): ids of blocks the state once held but could not
+        give back (a snapshot's damaged segment). The policy's state is taken without them
+        (``MemoryPolicy.without_blocks``), so nothing restored refers to a block that is not
+        there; their frames are simply not in memory, as if evicted (not counted as evictions).
+
         Checked before anything changes: every block is built (``FrameBlock.from_state_dict``),
         the ids and counters must agree, and the policy validates its state (one that does not
         fit raises ``PolicyStateError``); a malformed state raises ValueError, KeyError,
@@ -115,6 +120,11 @@ class EngineStateMixin:
             raise ValueError(f"next block id {next_block_id} is not after the last block {max(by_id)}")
         device = self.adapter.device
         policy_state = {"meta": state["policy"]["meta"], "tensors": {n: t.to(device) for n, t in state["policy"]["tensors"].items()}}
+        lost = set(state.get("lost", {}).get("blocks", ()))
+        if lost & set(by_id):
+            raise ValueError(f"blocks {sorted(lost & set(by_id))} are both restored and lost")
+        if lost:
+            policy_state = self.policy.without_blocks(policy_state, lost)
         try:
             self.policy.load_state_dict(policy_state, by_id)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:

@@ -13,7 +13,7 @@ small class (see ``policies/``). What a policy may ask of the engine is
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -115,6 +115,13 @@ class MemoryPolicy(ABC):
         Validates everything before changing anything: on a state that does not fit it raises
         (``ValueError``, ``KeyError``, ...) and the policy is unchanged. Default: nothing to restore.
         """
+
+    def without_blocks(self, state: dict, lost: Collection[int]) -> dict:
+        """``state`` (one ``state_dict`` gave) less every reference to the blocks ``lost``: a snapshot
+        could not restore them (a damaged segment), and ``load_state_dict`` must then take the state
+        with the others alone. Returns a new state, the given one unchanged. Default: ``state`` (the
+        policy keeps no block ids)."""
+        return state
 
     def after_restore(self, store: BlockStore) -> None:
         """Called once restored blocks are in the store, before the engine's caps are enforced:

@@ -34,7 +34,9 @@ the bytes go when the last name does). A base segment whose live entries fell be
 ``COMPACT_BELOW`` of what it stores is not linked: its live blocks are written again into the
 new segment, so a snapshot never needs more than about 1 / COMPACT_BELOW times its live K/V.
 The state file and manifest are rewritten every time (indices and positions: 16 bytes a
-kept token and layer, against the K/V's 2 x heads x head_dim x dtype bytes).
+kept token and layer, against the K/V's 2 x heads x head_dim x dtype bytes). Sharing means a
+segment damaged on disk is damaged in every snapshot that links it, so a bad segment costs
+its own blocks on load, not the snapshot (``load_snapshot``).
 
 Tensors (B blocks; L layers; P position rows; H_kv heads of dimension D). Per layer, not per
 block: a day of MuKV is thousands of blocks, and one tensor per block and layer would make a
@@ -130,6 +132,22 @@ class SnapshotInfo:
     fingerprint: str  # the model's
     written_bytes: int = 0  # bytes this save wrote (new segment, state, manifest); 0 on load
     linked_segments: int = 0  # segments shared with the base instead of written
+    lost_segments: tuple[tuple[str, str], ...] = ()  # on load: (segment file, why) of each segment not restored
+    lost_blocks: int = 0  # on load: blocks those segments held, left out
+    lost_frames: int = 0  # on load: camera frames only those blocks covered (gone from memory)
+
+    @property
+    def degraded(self) -> bool:
+        """True when a load restored the memory less some lost segments' blocks."""
+        return bool(self.lost_segments)
+
+    def loss(self) -> str:
+        """The lost segments, named with their reasons, and what they cost; '' when none."""
+        if not self.lost_segments:
+            return ""
+        names = "; ".join(f"{name} ({why})" for name, why in self.lost_segments)
+        return (f"{len(self.lost_segments)} segment(s) lost, {self.lost_blocks} blocks and {self.lost_frames} frames "
+                f"not restored: {names}")
 
 
 # --- save ---------------------------------------------------------------------------
@@ -251,6 +269,12 @@ def load_snapshot(source: Snapshottable, target: Path) -> SnapshotInfo:
     any refusal (SnapshotError, with both values of a mismatch) the engine is unchanged. The
     current caps apply: a snapshot larger than the current budget or arena is restored, then
     evicted down to them (counted).
+
+    A missing or damaged segment file is not a refusal (segments are shared between snapshots,
+    ``snapshot_read``): every block of every good segment is restored, the lost segment's blocks
+    are left out, the policy's state is taken without them (``MemoryPolicy.without_blocks``), and
+    the returned info names each lost segment with its reason and counts its blocks and frames
+    (``lost_segments``, ``lost_blocks``, ``lost_frames``; ``loss()`` says it in words).
     """
     target = Path(target)
     identity = source.identity()
@@ -263,6 +287,7 @@ def load_snapshot(source: Snapshottable, target: Path) -> SnapshotInfo:
         raise SnapshotError(f"snapshot {target}: {exc}") from exc
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise SnapshotError(f"snapshot {target} is malformed: {reason(exc)}") from exc
-    stats = source.stats()
+    stats, lost = source.stats(), state["lost"]
     return SnapshotInfo(target, stats.frames_in_memory, stats.frames_ingested, disk_bytes(target), identity["policy"],
-                        identity["model"]["fingerprint"])
+                        identity["model"]["fingerprint"], lost_segments=tuple(lost["segments"].items()),
+                        lost_blocks=len(lost["blocks"]), lost_frames=lost["frames"])

@@ -4,6 +4,14 @@ The inverse of ``snapshot_pack.py``: nothing here changes a memory; ``snapshot.l
 hands the state dict to the engine's ``load_state_dict``. Every tensor stays on the host
 (the engine moves what is resident to its device). Refusals are ``SnapshotError`` saying
 which file or field and why, with both values of a mismatch.
+
+A segment degrades, it does not refuse: segments are shared by hard links between the
+snapshots of a series, so a damaged one would otherwise cost every snapshot that links it.
+A segment that is missing, fails its size or checksum, or cannot be read is *lost*: the
+blocks it holds are left out of the state (``state["lost"]`` names the segment, why, the
+blocks and the camera frames no other block still covers) and every other block is read
+as if nothing happened. What stays refused: the manifest and the state file (one per
+snapshot, never shared), and any block a readable segment does not hold as the manifest says.
 """
 
 from __future__ import annotations
@@ -73,7 +81,10 @@ def check_compatible(identity: dict, manifest: dict, target: Path) -> None:
 
 def read_state(identity: dict, manifest: dict, target: Path) -> dict:
     """The engine state dict (``EngineStateMixin.state_dict``'s layout) a checked manifest describes,
-    read from its files; SnapshotError for a missing, corrupt or malformed file or field."""
+    read from its files, less the blocks of lost segments (module docstring), with ``"lost"``:
+    ``{"segments": {name: reason}, "blocks": [ids], "frames": camera frames left uncovered}``.
+    SnapshotError for a missing, corrupt or malformed manifest, state file or field."""
+    lost: dict[str, str] = {}  # segment name -> why it is lost
     if manifest["version"] == 1:
         tensors = _read_checked(target, TENSORS_V1, manifest.get("tensors"))
         segments = None
@@ -82,15 +93,21 @@ def read_state(identity: dict, manifest: dict, target: Path) -> dict:
         records = manifest.get("segments")
         if not isinstance(records, dict):
             raise SnapshotError(f"snapshot {target} is malformed: no segment list")
-        segments = {name: _read_segment(target, name, record) for name, record in records.items()}
+        segments = {}
+        for name, record in records.items():
+            try:
+                segments[name] = _stored_blocks(identity["model"], name, *_read_segment(target, name, record))
+            except (SnapshotError, OSError, KeyError, TypeError, ValueError, IndexError) as exc:  # OSError: EIO on a bad block
+                lost[name] = reason(exc)
     try:
         engine = manifest["engine"]
+        blocks = _block_states(identity["model"], manifest, tensors, segments, lost)
         return {
             "next_block_id": int(engine["next_block_id"]),
             "frames_ingested": int(engine["frames_ingested"]),
             "pending_poses": {(str(c), int(s)): Pose.from_dict(p) for c, s, p in engine.get("pending_poses", [])},
             "store": {
-                "blocks": _block_states(identity["model"], manifest, tensors, segments),
+                "blocks": blocks,
                 "evicted_blocks": int(engine["evicted_blocks"]),
                 "evicted_entries": int(engine["evicted_entries"]),
             },
@@ -99,6 +116,7 @@ def read_state(identity: dict, manifest: dict, target: Path) -> dict:
                 "tensors": {name.removeprefix("policy/"): t for name, t in tensors.items() if name.startswith("policy/")},
             },
             "config": manifest.get("config"),
+            "lost": _lost(manifest["blocks"], lost),
         }
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise SnapshotError(f"snapshot {target} is malformed: {reason(exc)}") from exc
@@ -119,6 +137,21 @@ def _read_checked(target: Path, name: str, want) -> dict[str, torch.Tensor]:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # safetensors raises its own error type for a bad header
         raise SnapshotError(f"snapshot {target}: {name} cannot be read: {exc}") from exc
+
+
+def _lost(entries: list[dict], lost: dict[str, str]) -> dict:
+    """What the lost segments cost: their names and reasons, the ids of the blocks they held, and
+    the camera frames (camera, stamp) that only those blocks covered (MuKV's patch, frame and
+    segment blocks of one frame, StreamKV's frames and their segment's summary, may sit in
+    different segments; summary tokens cover no camera frame)."""
+    gone = [e for e in entries if e.get("segment") in lost]
+    kept = _frames(e for e in entries if e.get("segment") not in lost)
+    return {"segments": dict(lost), "blocks": [int(e["id"]) for e in gone], "frames": len(_frames(gone) - kept)}
+
+
+def _frames(entries) -> set[tuple[str, int]]:
+    """The camera frames (camera, stamp) block entries cover."""
+    return {(str(e["camera"]), int(s)) for e in entries if e["kind"] != "summary" for s in e["stamps_ns"]}
 
 
 def _read_segment(target: Path, name: str, record) -> tuple[list, dict[str, torch.Tensor]]:
@@ -176,11 +209,12 @@ def _stored_blocks(model: dict, name: str, listing: list, tensors: dict[str, tor
 
 
 def _block_states(model: dict, manifest: dict, state: dict[str, torch.Tensor],
-                  segments: dict[str, tuple[list, dict[str, torch.Tensor]]] | None) -> list[dict]:
+                  stored: dict[str, dict[int, _Stored]] | None, lost: dict[str, str]) -> list[dict]:
     """Block state dicts (``FrameBlock.state_dict`` plus each layer's K/V) from the manifest and
-    tensors, every shape checked; host tensors, copies of the files' (no views into them).
+    tensors, every shape checked; host tensors, copies of the files' (no views into them). The
+    blocks of ``lost`` segments are left out (their rows of the state file are skipped).
 
-    Version 1 (``segments`` None): ``state`` is the one tensor file, holding every block's K/V.
+    Version 1 (``stored`` None): ``state`` is the one tensor file, holding every block's K/V.
     """
     geo, P = model["geometry"], model["position_dims"]
     L, H, D, dtype = geo["n_layers"], geo["n_kv_heads"], geo["head_dim"], dtype_from_name(geo["dtype"])
@@ -198,17 +232,14 @@ def _block_states(model: dict, manifest: dict, state: dict[str, torch.Tensor],
         n = sum(int(lt[l]) for lt in layer_tokens if lt[l] is not None)
         index = _expect(state, f"layers/{l}/index", (n,), torch.long)
         logical = _expect(state, f"layers/{l}/logical", (P, n), torch.long)
-        if segments is None:
+        if stored is None:
             layers.append((index, logical, _expect(state, f"layers/{l}/keys", (H, n, D), dtype),
                            _expect(state, f"layers/{l}/values", (H, n, D), dtype)))
         else:
             layers.append((index, logical, None, None))
-    if segments is None:
+    if stored is None:
         positions = _expect(state, "blocks/positions", (P, sum(n_tokens)), torch.long)
         key_mean = _expect(state, "blocks/key_mean", (len(entries), L, H, D), torch.float32)
-        stored = None
-    else:
-        stored = {name: _stored_blocks(model, name, listing, tensors) for name, (listing, tensors) in segments.items()}
     at_pos, at_rep, at_layer = 0, 0, [0] * L
     blocks, last_id = [], -1
     for i, e in enumerate(entries):
@@ -216,6 +247,11 @@ def _block_states(model: dict, manifest: dict, state: dict[str, torch.Tensor],
         if block_id <= last_id or t < 1:
             raise ValueError(f"block {block_id}: ids must increase and blocks hold tokens")
         last_id = block_id
+        if stored is not None and e["segment"] in lost:
+            # Its rows of the state file are skipped: the blocks after it read theirs.
+            at_rep += bool(e["rep"])
+            at_layer = [at + int(kept or 0) for at, kept in zip(at_layer, layer_tokens[i])]
+            continue
         if stored is not None:
             seg = stored.get(e["segment"])
             if seg is None or block_id not in seg:

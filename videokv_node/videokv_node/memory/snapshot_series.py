@@ -15,8 +15,12 @@ kept snapshots name it.
 
 ``restore_latest`` loads the newest snapshot that passes every check of ``load_snapshot``,
 falling back to older ones, and reports each refusal with its reason. What sharing costs: a
-segment file damaged on disk is damaged in every snapshot that links it, so the fallback then
-reaches back to a snapshot older than that segment, or to an empty memory.
+segment file damaged on disk is damaged in every snapshot that links it. So a damaged or
+missing segment does not refuse a snapshot: it costs that segment's blocks (named and
+counted in the returned info), and every good segment is restored. An older snapshot would
+seldom do better: it links the same damaged file, or, for the newest snapshot's own segment,
+held at most the blocks a compaction copied into it, never the newest period's. Only a snapshot's own manifest or state file, never shared, sends
+the restore back to an older snapshot.
 """
 
 from __future__ import annotations
@@ -114,7 +118,8 @@ class SnapshotSeries:
         """Load the newest snapshot that passes every check; (its info or None, the refusals, newest first).
 
         A refused snapshot leaves the engine as it was (``load_snapshot``), so after the last
-        refusal the memory is still the empty one it started with.
+        refusal the memory is still the empty one it started with. A snapshot restored less a
+        lost segment is not a refusal: its info says what was lost (``SnapshotInfo.loss``).
         """
         refusals = []
         for path in self.snapshots():

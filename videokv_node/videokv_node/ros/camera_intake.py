@@ -7,9 +7,11 @@ JPEG at 15 Hz sampled at 0.5 fps is decoded once in 30 frames.
 
 Each camera has its own mutually exclusive callback group: one camera's frames reach the
 sampler in arrival order, and cameras never queue behind each other on the node's
-MultiThreadedExecutor (ros/main.py). A frame is queued without its robot pose: the model
-worker looks it up when it takes the frame (``frame_pose``), as late as possible, so
-that odometry arriving after the image still counts.
+MultiThreadedExecutor (ros/main.py). With pose topic poses a frame is queued without its
+robot pose: the model worker looks it up when it takes the frame (``frame_pose``), as late
+as possible, so that odometry arriving after the image still counts. With tf poses a frame
+waits for its transform outside the worker's queue (``PoseIntake.park``, ros/tf_poses.py)
+and reaches the worker through ``deliver_frame``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,26 @@ def frame_pose(node, stamp_ns: int) -> Pose | None:
     if long_replay is not None:
         long_replay.archive.set_pose(stamp_ns, pose)
     return pose
+
+
+def deliver_frame(node, frame: Frame) -> None:
+    """Queue a sampled frame whose pose is already resolved (tf poses, after its wait) for the model worker.
+
+    The long-replay archive's copy gets the same pose, as in ``frame_pose``.
+    """
+    worker, long_replay = node.worker, node.long_replay  # locals: a deactivation may clear them meanwhile
+    if long_replay is not None:
+        long_replay.archive.set_pose(frame.stamp_ns, frame.pose)
+    try:
+        if worker is None:
+            raise WorkerStopped("no worker")
+        if not worker.submit_frame(frame):
+            node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
+    except WorkerStopped:  # deactivated while this frame waited for its transform
+        intake = node.intake
+        if intake is not None:
+            intake.count(frame.camera, "dropped_deactivated")
+        node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
 
 
 class CameraIntake:
@@ -119,10 +141,14 @@ class CameraIntake:
             # the block's pose. A frame dropped before ingest keeps this one.
             poses = node.poses
             long_replay.archive.add(camera, stamp_ns, rgb, poses.peek(stamp_ns) if poses is not None else None)
+        frame, poses = Frame(camera, stamp_ns, rgb), node.poses
+        if poses is not None and poses.parks_frames:  # tf: waits for its transform, then deliver_frame
+            poses.park(frame)
+            return
         try:
             # No pose yet: the worker looks it up when it takes the frame for ingest (runtime/worker.py), so
             # odometry that arrives while the frame waits in the queue counts.
-            if not worker.submit_frame(Frame(camera, stamp_ns, rgb)):
+            if not worker.submit_frame(frame):
                 node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
         except WorkerStopped:  # deactivated while this frame was on its way
             intake.count(camera, "dropped_deactivated")

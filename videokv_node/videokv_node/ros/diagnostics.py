@@ -11,6 +11,7 @@ from __future__ import annotations
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
+from videokv_node.ingest.pose_history import WITHOUT_POSE_REASONS
 from videokv_node.ros.health import HealthConfig, HealthMonitor, Level, ModelInfo, Status, device_memory
 
 TOPIC = "/diagnostics"
@@ -118,7 +119,9 @@ def snapshot_status(s) -> Status:
 
 def pose_status(intake) -> Status:
     """The robot poses' counters (ros/pose_intake.py): WARN while the newest sampled frame got no pose
-    (no pose received yet, or frames outside the poses' span by more than pose_tolerance_s)."""
+    (no pose received yet, or frames outside the poses' span by more than pose_tolerance_s; with tf,
+    no transform at its stamp within pose_tf_wait_s). Frames without a pose are also counted by reason
+    (``frames_without_pose_<reason>``, ingest/pose_history.py's WITHOUT_POSE_REASONS)."""
     c = intake.counters
     span = intake.history.span_ns()
     last = intake.last_frame_had_pose
@@ -134,5 +137,8 @@ def pose_status(intake) -> Status:
                 "poses_received": str(c.received), "poses_kept": str(c.added), "dropped_non_finite": str(c.non_finite),
                 "dropped_backwards": str(c.backwards), "history_resets": str(c.resets),
                 "frames_with_pose": str(c.frames_with_pose), "frames_without_pose": str(c.frames_without_pose),
+                **{f"frames_without_pose_{reason}": str(c.without_pose.get(reason, 0)) for reason in WITHOUT_POSE_REASONS},
+                "frames_waiting_for_tf": str(intake.frames_parked), "frames_waited_for_tf": str(c.frames_waited),
+                "tf_waits_cut_short": str(c.waits_cut_short),
                 "oldest_pose_ns": str(span[0]) if span else "", "newest_pose_ns": str(span[1]) if span else ""},
     )

@@ -19,9 +19,11 @@ from videokv_node.ros.replay_target import RosTarget
 
 
 def ros_target(args: argparse.Namespace, settings: EngineSettings, params: dict, bag: ImageBag) -> RosTarget:
-    """``--via ros``: the node as a process on the bag's image topics (compressed ones as CompressedImage)."""
+    """``--via ros``: the node as a process on the bag's image topics (compressed ones as CompressedImage), the
+    bag's odometry, tf and camera_info passed on (``ImageBag.relay``)."""
     compressed = {t for t, m in bag.available.items() if m.endswith("CompressedImage")}
-    return RosTarget(settings, params, bag.topics, compressed & set(bag.topics), log_path=args.out / "node.log")
+    return RosTarget(settings, params, bag.topics, compressed & set(bag.topics), log_path=args.out / "node.log",
+                     relay=bag.relay)
 
 
 def main(argv: list[str] | None = None) -> int:

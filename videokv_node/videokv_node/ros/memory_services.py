@@ -36,9 +36,12 @@ class MemoryServices:
         self._services = []
 
     def reset_callback(self, request, response):
-        """Forget every frame (queued ones too)."""
+        """Forget every frame (queued ones, and those waiting for their transform, too)."""
         node = self._node
         try:
+            poses = node.poses
+            if poses is not None:
+                poses.drop_parked()  # sampled before the reset: not for the new memory
             node.active_worker().reset().result(timeout=node.settings.node.question_timeout_s)
             node.sampler.reset()
         except (WorkerBusy, WorkerStopped, FutureTimeout) as exc:
@@ -65,7 +68,8 @@ class MemoryServices:
         return response
 
     def load_callback(self, request, response):
-        """Replace the memory with a snapshot; a refused snapshot leaves the memory as it was."""
+        """Replace the memory with a snapshot; a refused snapshot leaves the memory as it was, a damaged
+        segment costs its own blocks (success, with the loss in ``message``)."""
         node = self._node
         try:
             target = resolve_snapshot_path(node.settings.memory.snapshot_dir, request.name, request.path)
@@ -75,6 +79,9 @@ class MemoryServices:
             return response
         node.get_logger().info(f"memory loaded from {info.path} ({info.blocks} blocks)")
         response.success, response.message = True, f"loaded {info.blocks} blocks"
+        if info.degraded:  # a damaged segment costs its own blocks, not the snapshot: said, not hidden
+            node.get_logger().error(f"snapshot {info.path.name} loaded without its damaged segments: {info.loss()}")
+            response.message += f"; {info.loss()}"
         response.path, response.blocks, response.frames_ingested = str(info.path), info.blocks, info.frames_ingested
         return response
 

@@ -38,7 +38,7 @@ from videokv_node.memory.snapshot_series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
-from videokv_node.ros.camera_intake import CameraIntake, frame_pose
+from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
 from videokv_node.ros.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
@@ -152,16 +152,16 @@ class VideoKVMixin:
         """
         if self._parked is not None:
             self._unpark()
-        s = self.settings.node
+        s, pose = self.settings.node, self.settings.pose
         self.worker = ModelWorker(
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
-            max_batch=self.settings.vision.max_batch,
-            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if self.settings.pose.enabled else None,
+            max_batch=self.settings.vision.max_batch,  # tf poses are resolved before the worker: it looks nothing up
+            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if pose.enabled and pose.pose_source == "topic" else None,
         )
-        self.keep(lambda c: c.destroy(), CameraIntake(self, s))  # ros/camera_intake.py
-        if self.settings.pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp
-            self.poses = PoseIntake(self, self.settings.pose)
+        if pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp; before the cameras
+            self.poses = PoseIntake(self, pose, deliver=lambda frame: deliver_frame(self, frame), capacity=s.queue_size)
             self.keep(lambda p: p.destroy(), self.poses)
+        self.keep(lambda c: c.destroy(), CameraIntake(self, s))  # ros/camera_intake.py
         service_group = ReentrantCallbackGroup()
         self.keep(lambda srv: srv.destroy(), MemoryServices(self, service_group))  # ~/reset, ~/save_memory, ~/load_memory
         self.keep(lambda srv: srv.destroy(), LocateService(self, service_group))  # ~/locate (ros/locate_service.py)
@@ -229,6 +229,8 @@ class VideoKVMixin:
         self.engine, info = snapshots.unpark(self.adapter, self.settings, self._parked)
         self._parked = None
         self.get_logger().info(f"memory restored from parking: {info.blocks} blocks, {self.engine.stats().bytes_resident} bytes resident")
+        if info.degraded:
+            self.get_logger().error(f"parked memory restored without its damaged segments: {info.loss()}")
 
     # --- cleanup and shutdown: release everything -------------------------------
     def cleanup_step(self) -> None:

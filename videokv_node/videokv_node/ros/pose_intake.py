@@ -11,22 +11,27 @@ received while the frame waited in the queue counts (on a busy node it often arr
 the image), and a frame still past the newest pose by more than ``pose_tolerance_s`` then
 gets none, counted.
 
-``pose_source: tf`` looks up ``pose_frame <- base_frame`` at the frame's stamp in a
-tf2 buffer instead. tf2_ros comes with ROS 2 from apt; it is not on PyPI, so with
-the wheels set-up (``make build``) ``check_available`` refuses tf at configure. The
-lookup happens at the same point (the worker, at ingest): tf2's buffer is thread-safe,
-and a transform broadcast after the image is then found too.
+``pose_source: tf`` takes ``pose_frame <- base_frame`` at the frame's stamp from a tf2
+buffer instead (ros/tf_poses.py): the camera callback hands each sampled frame to ``park``,
+and the frame reaches the model worker, its pose set, once the transform at its stamp has
+arrived or after ``pose_tf_wait_s`` (then the newest transform within ``pose_tolerance_s``,
+or none, counted by reason). The worker never looks tf up. tf2_ros comes with ROS 2 from
+apt; with the wheels set-up ``make build`` builds it from ../shared/ros2tools and env.sh
+puts it on the path. Where it cannot be imported, ``check_available`` refuses tf at configure.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from videokv_node.frame import Frame
 from videokv_node.ingest.pose_history import PoseAdd, PoseConfig, PoseCounters, PoseHistory
+from videokv_node.ingest.pose_wait import Released
 from videokv_node.memory.config import ConfigError
 from videokv_node.pose import Pose
 from videokv_node.ros.conversions import pose_fields
@@ -61,13 +66,19 @@ def tf2_available() -> bool:
 def check_available(config: PoseConfig) -> None:
     """Raise ConfigError when ``config`` cannot work here (tf without tf2_ros)."""
     if config.pose_source == "tf" and not tf2_available():
-        raise ConfigError("pose_source tf needs tf2_ros (ROS 2 from apt; not on PyPI): use pose_source topic with pose_topic")
+        raise ConfigError("pose_source tf needs tf2_ros (ROS 2 from apt; with the PyPI wheels, `make build` builds it "
+                          "from ../shared/ros2tools and env.sh puts it on the path): use pose_source topic with pose_topic")
 
 
 class PoseIntake:
-    """Poses for the node's frames. ``pose_at`` is safe from any callback thread."""
+    """Poses for the node's frames. ``pose_at`` and ``park`` are safe from any callback thread.
 
-    def __init__(self, node: Node, config: PoseConfig) -> None:
+    ``deliver(frame)`` (tf only) queues a frame whose pose is resolved for the model worker;
+    at most ``capacity`` frames wait for their transform (the oldest beyond go on early, counted).
+    """
+
+    def __init__(self, node: Node, config: PoseConfig, deliver: Callable[[Frame], None] | None = None,
+                 capacity: int = 8) -> None:
         check_available(config)
         self._node = node
         self.config = config
@@ -76,8 +87,14 @@ class PoseIntake:
         self.last_frame_had_pose: bool | None = None  # None until a frame asks (/diagnostics "videokv: poses")
         self._group = MutuallyExclusiveCallbackGroup()
         if config.pose_source == "tf":
-            self._tf = _TfLookup(node, config, self.history.counters)
-            node.get_logger().info(f"poses from tf: {config.pose_frame} <- {config.base_frame} at each frame's stamp")
+            from videokv_node.ros.tf_poses import TfPoses  # noqa: PLC0415: imports tf2_ros
+
+            if deliver is None:
+                raise ValueError("pose_source tf needs deliver: frames wait for their transform outside the worker")
+            self._deliver = deliver
+            self._tf = TfPoses(node, config, self.history.counters, capacity, self._released)
+            node.get_logger().info(f"poses from tf: {config.pose_frame} <- {config.base_frame} at each frame's stamp "
+                                   f"(waiting up to pose_tf_wait_s {config.pose_tf_wait_s} s for it)")
             return
         self._topic = node.resolve_topic_name(config.pose_topic)
         if not self._try_subscribe():
@@ -88,17 +105,46 @@ class PoseIntake:
     def counters(self) -> PoseCounters:
         return self.history.counters
 
+    @property
+    def parks_frames(self) -> bool:
+        """True for tf: sampled frames go to ``park``, not straight to the worker (which then looks nothing up)."""
+        return self._tf is not None
+
+    @property
+    def frames_parked(self) -> int:
+        """Frames waiting for their transform now (0 for topic poses)."""
+        return self._tf.parked if self._tf is not None else 0
+
+    def park(self, frame: Frame) -> None:
+        """tf: hold a sampled frame until the transform at its stamp is there or pose_tf_wait_s has passed, then
+        ``deliver`` it with its pose; never blocks on tf."""
+        tf = self._tf  # a local: destroy clears it
+        if tf is None or not tf.submit(frame.camera, frame.stamp_ns, frame):
+            self._node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
+
+    def drop_parked(self) -> int:
+        """Forget the frames waiting for their transform (a memory reset); how many."""
+        return self._tf.drop_parked() if self._tf is not None else 0
+
     def pose_at(self, stamp_ns: int) -> Pose | None:
-        """The robot's pose at a frame's stamp, or None (counted, warned at most every few seconds)."""
-        pose = self._tf.pose_at(stamp_ns) if self._tf is not None else self.history.at(stamp_ns)
+        """The robot's pose at a frame's stamp from the pose topic, or None (counted, warned at most every few seconds)."""
+        pose = self.history.at(stamp_ns)
+        self._note(stamp_ns, pose, "no pose received yet" if self.history.span_ns() is None else "outside the poses")
+        return pose
+
+    def _released(self, r: Released) -> None:
+        """tf: a parked frame leaves with its pose (or none, for ``r.reason``), on to the worker."""
+        self._note(r.stamp_ns, r.pose, f"tf {r.reason}")
+        r.item.pose = r.pose
+        self._deliver(r.item)
+
+    def _note(self, stamp_ns: int, pose: Pose | None, why: str) -> None:
         self.last_frame_had_pose = pose is not None
         if pose is None:
             span = self.history.span_ns()
-            where = "no pose received yet" if span is None and self._tf is None else (
-                f"poses cover [{span[0]}, {span[1]}] ns" if span is not None else "tf lookup failed")
-            self._node.get_logger().warn(f"a frame stamped {stamp_ns} ns gets no pose ({where}; pose_tolerance_s "
+            where = f"; poses cover [{span[0]}, {span[1]}] ns" if span is not None else ""
+            self._node.get_logger().warn(f"a frame stamped {stamp_ns} ns gets no pose ({why}{where}; pose_tolerance_s "
                                          f"{self.config.pose_tolerance_s})", throttle_duration_sec=WARN_THROTTLE_S)
-        return pose
 
     def peek(self, stamp_ns: int) -> Pose | None:
         """As ``pose_at`` now, uncounted and silent: a provisional pose (the long-replay archive's, until ingest)."""
@@ -123,7 +169,9 @@ class PoseIntake:
         if self._sub is not None:
             self._node.destroy_subscription(self._sub)
         if self._tf is not None:
-            self._tf.destroy()
+            left = self._tf.destroy()
+            for _ in left:
+                self._node.drop("dropped a frame waiting for its transform: the node is being deactivated")
         self._sub = self._timer = self._tf = None
 
     # --- subscription ---------------------------------------------------------
@@ -154,41 +202,3 @@ class PoseIntake:
         if self._sub is None and self._try_subscribe() and self._timer is not None:
             self._node.destroy_timer(self._timer)
             self._timer = None
-
-
-class _TfLookup:
-    """tf2 buffer lookups of ``pose_frame <- base_frame`` (only built where tf2_ros imports)."""
-
-    def __init__(self, node: Node, config: PoseConfig, counters: PoseCounters) -> None:
-        import tf2_ros  # noqa: PLC0415: only on robots with ROS 2 from apt
-        from rclpy.duration import Duration
-
-        self._tf2 = tf2_ros
-        self._config, self._counters = config, counters
-        # Long enough that a frame queued behind the sampler still finds its transform.
-        self._buffer = tf2_ros.Buffer(cache_time=Duration(seconds=max(10.0, 2 * config.pose_tolerance_s)))
-        self._listener = tf2_ros.TransformListener(self._buffer, node, spin_thread=False)
-
-    def pose_at(self, stamp_ns: int) -> Pose | None:
-        """The transform at ``stamp_ns`` as a pose, counted as a frame with or without a pose."""
-        pose = self.lookup(stamp_ns)
-        if pose is None:
-            self._counters.frames_without_pose += 1
-        else:
-            self._counters.frames_with_pose += 1
-        return pose
-
-    def lookup(self, stamp_ns: int) -> Pose | None:
-        """The transform at ``stamp_ns`` as a pose, or None (not in the buffer), uncounted."""
-        from rclpy.time import Time
-
-        try:
-            t = self._buffer.lookup_transform(self._config.pose_frame, self._config.base_frame, Time(nanoseconds=stamp_ns))
-            tr, rot = t.transform.translation, t.transform.rotation
-            pose = Pose.make(self._config.pose_frame, (tr.x, tr.y, tr.z), (rot.x, rot.y, rot.z, rot.w))
-        except (self._tf2.LookupException, self._tf2.ConnectivityException, self._tf2.ExtrapolationException, ValueError):
-            pose = None
-        return pose
-
-    def destroy(self) -> None:
-        self._listener.unregister()

@@ -5,7 +5,13 @@ It lives with the ROS adapter, not in ``eval/`` (which never imports rclpy):
 ``BagTarget`` (``eval/target.py``), like ``--via engine``. The recorded CDR bytes are
 published unchanged (an unstamped frame gets its bag time as stamp, which is what
 the node would give it under ``use_sim_time``), ``/clock`` follows the bag time, and
-questions go through the node's ``~/ask`` service.
+questions go through the node's ``~/ask`` service. The bag's odometry, tf and camera_info
+(``ImageBag.relay``) are republished unchanged in their place in the stream, as ``ros2 bag
+play`` would (``/tf_static`` transient local), so the node's ``pose_topic`` or tf lookups
+give the answers' evidence poses; a topic whose message type this Python cannot import is
+not relayed (``report`` lists it). Relayed messages go at most ``RELAY_RATE`` times real time:
+the node's pose subscription is best effort (as odometry is), and a burst faster than the node
+drains it loses poses (the robot bag at full speed: the frames of its first 12 s got none).
 
 Ordering is exact at any speed: this side runs the node's own admission (decode,
 then ``FrameSampler`` on header stamps, same settings), so it knows how many frames
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import time
 
-from videokv_node.eval.bag_io import BagImage
+from videokv_node.eval.bag_io import BagImage, BagMessage
 from videokv_node.eval.questions import EvalQuestion
 from videokv_node.eval.replay import Admission
 from videokv_node.eval.results import ResultWriter
@@ -42,6 +48,7 @@ REPLAY_PARAMS = {
     "question_timeout_s": 3600.0,
     "use_sim_time": False,
 }
+RELAY_RATE = 4.0  # x real time at most, between two relayed messages (bag time over wall time)
 
 
 class RosTarget:
@@ -51,7 +58,8 @@ class RosTarget:
     counts: ReplayCounts
 
     def __init__(self, settings: EngineSettings, params: dict, topics: list[str], compressed: set[str],
-                 context=None, env: dict | None = None, settle_timeout_s: float = 600.0, log_path=None) -> None:
+                 context=None, env: dict | None = None, settle_timeout_s: float = 600.0, log_path=None,
+                 relay: dict[str, str] | None = None) -> None:
         import os
 
         import rclpy
@@ -86,6 +94,12 @@ class RosTarget:
         self._pubs = {t: self.player.create_publisher(CompressedImage if t in compressed else Image, t, qos) for t in topics}
         self._clock = self.player.create_publisher(Clock, "/clock", 10)
         self._Clock = Clock
+        self._relay, self.not_relayed = _relay_publishers(self.player, relay or {})
+        self._last_relay: tuple[float, int] | None = None  # (monotonic s, bag time ns) of the last relayed message
+        # Relayed topics the node reads (its pose source): wait until it subscribed, or the first poses are lost.
+        pose_topic = "/" + str(node_params.get("pose_topic", "")).lstrip("/")
+        tf = node_params.get("pose_source") == "tf"
+        self._awaited = [pub for t, pub in self._relay.items() if t == pose_topic or (tf and t in ("/tf", "/tf_static"))]
         try:
             self._wait_up()
         except BaseException:
@@ -96,7 +110,7 @@ class RosTarget:
         if not self.client.wait_ready(timeout=timeout):
             raise RuntimeError("the node did not come up:\n" + self.proc.output()[-3000:])
         deadline = time.monotonic() + timeout
-        for pub in self._pubs.values():
+        for pub in [*self._pubs.values(), *self._awaited]:
             while pub.get_subscription_count() == 0:
                 if time.monotonic() > deadline or not self.proc.alive():
                     raise RuntimeError(f"the node never subscribed to {pub.topic_name}:\n" + self.proc.output()[-3000:])
@@ -128,6 +142,19 @@ class RosTarget:
         clock.clock.sec, clock.clock.nanosec = sec, nanosec
         self._clock.publish(clock)
 
+    def relay(self, message: BagMessage) -> None:
+        """Republish a recorded odometry, tf or camera_info message unchanged (the CDR bytes as recorded)."""
+        pub = self._relay.get(message.topic)
+        if pub is None:
+            return
+        if self._last_relay is not None:  # paced from the previous one: never a burst to catch up after a wait
+            wall, bag_ns = self._last_relay
+            delay = wall + (message.bag_time_ns - bag_ns) / NS_PER_S / RELAY_RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        pub.publish(message.raw)
+        self._last_relay = (time.monotonic(), message.bag_time_ns)
+
     def settle(self) -> None:
         """Return once the node has encoded every frame it admitted so far."""
         n = self.counts.admitted
@@ -138,8 +165,9 @@ class RosTarget:
         if not resp.success:
             raise AskRefused(resp.message)
         stamps = [int(t.sec) * NS_PER_S + int(t.nanosec) for t in resp.evidence_stamps]
+        poses = [_xy_yaw(p) for p in resp.evidence_poses]
         return Reply(resp.answer, int(resp.option_index), stamps, float(resp.ttft_s), float(resp.total_s),
-                     "letter" if q.choices else "")
+                     "letter" if q.choices else "", evidence_poses=poses)
 
     def memory(self) -> MemoryState:
         s = self._last
@@ -159,6 +187,7 @@ class RosTarget:
             "ingest_ms_source": "the node's ~/memory_stats (its window of the last 256 frames); "
                                 "encode_ms_total is frames_ingested x that p50",
             "node_frames_dropped": int(last.frames_dropped),
+            "not_relayed": self.not_relayed,
         }
 
     def close(self) -> None:
@@ -173,3 +202,34 @@ class RosTarget:
                 rclpy.try_shutdown(context=self._context)
         if code not in (0, None):
             raise RuntimeError(f"the node exited with {code}:\n{self.proc.output()[-3000:]}")
+
+
+def _relay_publishers(node, relay: dict[str, str]) -> tuple[dict, dict[str, str]]:
+    """Publishers for the relayed topics (topic -> "pkg/msg/Type"); and {topic: why not} for those not relayed."""
+    import importlib
+
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    pubs, skipped = {}, {}
+    for topic, msgtype in relay.items():
+        pkg, _, name = msgtype.split("/")
+        try:
+            cls = getattr(importlib.import_module(f"{pkg}.msg"), name)
+        except (ImportError, AttributeError) as exc:
+            skipped[topic] = f"{msgtype} not importable here: {exc}"
+            continue
+        latched = topic == "/tf_static"  # as tf2's static broadcaster and ros2 bag play publish it
+        qos = QoSProfile(depth=1 if latched else 1000, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+        pubs[topic] = node.create_publisher(cls, topic, qos)
+    return pubs, skipped
+
+
+def _xy_yaw(pose_stamped) -> tuple[float, float, float] | None:
+    """(x, y, yaw) of an evidence pose; None where the node had none (an empty frame_id)."""
+    import math
+
+    if not pose_stamped.header.frame_id:
+        return None
+    p, q = pose_stamped.pose.position, pose_stamped.pose.orientation
+    return float(p.x), float(p.y), math.atan2(2 * (q.w * q.z + q.x * q.y), 1 - 2 * (q.y * q.y + q.z * q.z))

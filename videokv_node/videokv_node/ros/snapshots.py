@@ -33,7 +33,8 @@ def restore_on_start(engine: VideoMemoryEngine, mem, series: SnapshotSeries | No
     """Load ``memory.restore_on_start`` if it exists; a missing or refused snapshot starts empty, logged.
 
     ``latest``: the newest periodic snapshot that passes every check, older ones after a
-    refusal (each refusal logged with its reason), else an empty memory.
+    refusal (each refusal logged with its reason), else an empty memory. A snapshot restored
+    less a damaged or missing segment logs that segment by name, why, and its blocks and frames.
     """
     if not mem.restore_on_start:
         return
@@ -45,7 +46,7 @@ def restore_on_start(engine: VideoMemoryEngine, mem, series: SnapshotSeries | No
             found = "none of the periodic snapshots passed its checks" if refusals else "no periodic snapshot yet"
             log.info(f"{found} in {series.root}: starting with an empty memory")
         else:
-            log.info(f"memory restored from {info.path}: {info.blocks} blocks, {info.frames_ingested} frames ingested")
+            restored(info, log)
         return
     try:
         target = resolve_snapshot_path(mem.snapshot_dir, name=mem.restore_on_start)
@@ -61,7 +62,15 @@ def restore_on_start(engine: VideoMemoryEngine, mem, series: SnapshotSeries | No
     except (SnapshotError, OSError) as exc:
         log.error(f"snapshot {mem.restore_on_start!r} not restored, starting with an empty memory: {exc}")
         return
-    log.info(f"memory restored from {info.path}: {info.blocks} blocks, {info.frames_ingested} frames ingested")
+    restored(info, log)
+
+
+def restored(info: SnapshotInfo, log) -> None:
+    """Log a restore: what came back, and, when segments were lost, each by name with its reason (an error)."""
+    lost = f", less {info.lost_blocks} blocks of lost segments" if info.degraded else ""
+    log.info(f"memory restored from {info.path}: {info.blocks} blocks{lost}, {info.frames_ingested} frames ingested")
+    if info.degraded:
+        log.error(f"snapshot {info.path.name} restored without its damaged segments: {info.loss()}")
 
 
 def save_on_shutdown(engine: VideoMemoryEngine, mem, log) -> None:

@@ -6,7 +6,7 @@ plain forward, and stream questions (first/last colour, before/after, motion) an
 from memory through the memory engine under several policies; with ``--parts generalisation``,
 issue 14's renders and wordings never trained on. What each part asks is in its module:
 ``heldout`` (the examples, the plain forward), ``engine_answers`` (the memories asked),
-``generalisation``, ``real_clips``; ``report`` writes the tables into docs/BENCHMARKS.md.
+``generalisation``, ``real_clips``; ``report`` writes the tables into docs/bench/tinyvlm.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from videokv_node.tinyvlm.engine_answers import SCORINGS, engine_accuracy, strea
 from videokv_node.tinyvlm.generalisation import choice_accuracy, disc_accuracy, generalisation_examples
 from videokv_node.tinyvlm.heldout import STREAM_KINDS, accuracy_by_kind, held_out_examples, held_out_photo_examples
 from videokv_node.tinyvlm.real_clips import real_clip_answers
-from videokv_node.tinyvlm.report import BEGIN, END, GEN_BEGIN, GEN_END, generalisation_report, report
+from videokv_node.tinyvlm.report import BEGIN, DOC, END, GEN_BEGIN, GEN_END, generalisation_report, report
 from videokv_node.tinyvlm.scenes import CHANCE
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
                         "shown next to these")
     p.add_argument("--from-results", type=Path, default=None,
                    help="evaluate nothing: render this earlier --results file (with --write, its parts into the document)")
-    p.add_argument("--write", action="store_true", help="write the results of the parts run into docs/BENCHMARKS.md")
+    p.add_argument("--write", action="store_true", help=f"write the results of the parts run into {DOC}")
     args = p.parse_args(argv)
     parts = set(args.parts.split(","))
     if not parts or parts - {"columns", "generalisation"}:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.write:
         from bench.report import update_document
 
-        doc = Path(__file__).resolve().parents[3] / "docs" / "BENCHMARKS.md"
+        doc = Path(__file__).resolve().parents[3] / DOC
         if "columns" in parts:
             update_document(doc, report(results["frame"], results["streams"], results["counts"], command.strip(),
                                         results["real"]), BEGIN, END)

@@ -178,6 +178,15 @@ class HermesPolicy(MemoryPolicy):
         self.summary, self._restored_summary, self._summary_count = None, summary_id, counts
         self.reindexed, self.compressions = int(meta["reindexed"]), int(meta["compressions"])
 
+    def without_blocks(self, state, lost):
+        """Ages of lost blocks dropped; a lost summary token goes with its fold counts (the next fold
+        starts a new one, as after a reset): the deep layers' pruned tokens it held are what is lost."""
+        meta = dict(state["meta"])
+        meta["frame_of"] = [[block_id, frame] for block_id, frame in meta["frame_of"] if int(block_id) not in lost]
+        if meta["summary_block"] is not None and int(meta["summary_block"]) in lost:
+            meta["summary_block"], meta["summary_count"] = None, [0] * len(meta["summary_count"])
+        return {"meta": meta, "tensors": state["tensors"]}
+
     def after_restore(self, store: BlockStore) -> None:
         """Find the summary token among the restored blocks; then, a smaller ``budget_tokens`` than the
         snapshot's: compress every layer to it, as after a chunk."""

@@ -1,0 +1,234 @@
+"""A robot's hour: every memory policy on hour streams of real footage (issue 32).
+
+    python -m bench.hour                                   # 1,800 frames, robot preset, 1/2/5%, 4 streams
+    python -m bench.hour --frames 600,3600 --presets paper # other lengths, the papers' settings
+    python -m bench.hour --budgets 0.02 --out -            # the goal's cell only, printed
+    make bench-hour                                        # the robot preset's rows at 1,800 frames
+
+Streams: ``eval/hour_stream.py`` (real clips and photographs composed into moving and still
+stretches and revisits, five things shown once or a few times), questions ``eval/hour_questions.py``
+(halfway and at the end: colour, shape, number, order, after, count) and one ``~/locate`` query per
+thing (top 3 after the last frame). videokv-tiny (6 tokens a frame), float32 on the CPU.
+
+Rows (``bench/hour_rows.py``): the ceiling (the things' frames and 4 others only, full attention:
+what the model reads when nothing is far away), ``full`` where the model's positions hold the
+stream, and per budget: recency (``full`` keeping the last k frames), the node's default, and every
+policy under each preset. All rows of a stream are fed its frames in lockstep, so a frame is made
+and encoded once (``CachedVision``); each row's ingest is timed alone.
+
+Per row: accuracy with its 95% Wilson interval and by kind; needle recall (every appearance a
+question rests on attended in some layer: one frame of it is enough; and the mean share over
+layers); ``~/locate`` top-1/top-3 hit (a returned frame shows the thing) and the time error of
+"when did you last see it" (the latest of the top 3 against the last appearance); TTFT p50/p95;
+ingest ms per frame over the first and the last 10% of the stream; resident and offloaded bytes
+at the end (median over streams).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench import report
+from bench.accuracy import POLICIES, load_model
+from bench.hour_report import DOC, MARKERS, render
+from bench.hour_rows import SHARED_BUDGET_ROWS, CachedVision, Row, engine_bytes, group_recall, plan_rows, replace_budget, row_config
+from bench.long_stream import CEILING_DISTRACTORS
+from bench.machine import describe
+from bench.report import log
+from videokv_node.eval.footage import FootageLibrary
+from videokv_node.eval.hour_questions import hour_questions, locate_truths
+from videokv_node.eval.hour_stream import make_hour_stream
+from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.locate import LocateQuery
+
+REPO = Path(__file__).resolve().parent.parent
+THREADS = 1
+LOCATE_TOP_K = 3
+
+
+def _frame(stream, i: int, rgb) -> Frame:
+    return Frame("/camera", round(stream.stamp(i) * 1e9), rgb)
+
+
+def _index(stream, stamp_ns: int) -> int:
+    return round(stamp_ns / 1e9 / stream.period_s) - 1
+
+
+def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
+    answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
+    attended = {_index(stream, e.stamp_ns) for e in answer.evidence}
+    layers = [{_index(stream, s) for s in layer} for layer in engine.last_layer_stamps]
+    found, share = group_recall(q.evidence, attended, layers)
+    row.correct.append(answer.option_index == q.answer)
+    row.details.append(dict(row=row.label, stream=stream.video_id, question=q.question, kind=q.kind,
+                            chosen=answer.option_index, answer=q.answer, found=found))
+    row.kinds.append(q.kind)
+    row.found.append(found)
+    row.layer_share.append(share)
+    row.ttft_s.append(answer.ttft_s)
+
+
+def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
+    for t in truths:
+        moments = engine.locate(LocateQuery(t.query, top_k=LOCATE_TOP_K)).moments
+        shown = {f for app in t.appearances for f in app}
+        got = [_index(stream, m.stamp_ns) for m in moments]
+        row.locate_top1.append(bool(got) and got[0] in shown)
+        row.locate_top3.append(any(f in shown for f in got))
+        row.locate_error_s.append(abs(max(got) - t.last_frame) * stream.period_s if got else float("inf"))
+
+
+def run_ceiling(adapter, stream, questions, truths, row: Row, T: int, sink: int) -> None:
+    """The things' frames and the first CEILING_DISTRACTORS others, full attention, asked at the same moments."""
+    shown = sorted({f for a in stream.appearances for f in a.frames})
+    others = [i for i in range(stream.n_frames) if i not in shown][:CEILING_DISTRACTORS]
+    keep = sorted(shown + others)
+    row.frames = len(keep)
+    cfg = row_config(Row("", "full", "robot", 1.0), len(keep), T, sink)
+    engine = VideoMemoryEngine(adapter, cfg, GenerationConfig())
+    pending = list(questions)
+    for i in keep:
+        while pending and pending[0].ask_after < i:
+            ask(engine, stream, pending.pop(0), row)
+        engine.ingest([_frame(stream, i, stream.frame(i))])
+    for q in pending:
+        ask(engine, stream, q, row)
+    locate(engine, stream, truths, row)
+    engine.close()
+
+
+def run_stream(adapter, vision: CachedVision, stream, rows: list[Row]) -> None:
+    """Every row over one stream, fed in lockstep; the rows' lists grow by this stream's questions."""
+    n, T, sink = stream.n_frames, adapter.tokens_per_frame, len(adapter.prefix_ids())
+    questions, truths = hour_questions(stream), locate_truths(stream)
+    engines: dict[str, tuple[VideoMemoryEngine, MemoryConfig, list[Row]]] = {}
+    for row in rows:
+        if row.policy == "ceiling":
+            run_ceiling(adapter, stream, questions, truths, row, T, sink)
+            continue
+        key = f"{row.policy}/{row.preset}" if row.policy in SHARED_BUDGET_ROWS else row.key
+        if key not in engines:
+            cfg = row_config(row, n, T, sink)
+            engines[key] = (VideoMemoryEngine(adapter, cfg, GenerationConfig()), cfg, [])
+        engines[key][2].append(row)
+    first, last = max(1, n // 10), n - max(1, n // 10)
+    pending = list(questions)
+    t0 = time.perf_counter()
+    for i in range(n):
+        frame = _frame(stream, i, stream.frame(i))
+        adapter.encode_frames([frame.rgb])  # the one vision encoding; every row below hits the cache
+        for engine, _, served in engines.values():
+            t = time.perf_counter()
+            engine.ingest([frame])
+            ms = (time.perf_counter() - t) * 1e3
+            for row in served:
+                (row.ingest_first_ms if i < first else row.ingest_last_ms if i >= last else []).append(ms)
+        while pending and pending[0].ask_after == i:
+            q = pending.pop(0)
+            for engine, cfg, served in engines.values():
+                for row in served:
+                    if len(served) > 1:
+                        engine.reconfigure(replace_budget(cfg, row, n, T, sink))
+                    ask(engine, stream, q, row)
+        if (i + 1) % 300 == 0:
+            log(f"    {stream.video_id}: {i + 1}/{n} frames, {time.perf_counter() - t0:.0f} s")
+    for engine, cfg, served in engines.values():
+        for row in served:
+            if len(served) > 1:
+                engine.reconfigure(replace_budget(cfg, row, n, T, sink))
+            locate(engine, stream, truths, row)
+            resident, offloaded = engine_bytes(engine)
+            row.bytes_resident.append(resident)
+            row.bytes_offloaded.append(offloaded)
+        engine.close()
+
+
+def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: FootageLibrary | None = None) -> list[Row]:
+    """One worker's streams (a process of its own with ``--workers``); returns ``rows`` filled."""
+    torch.set_num_threads(THREADS)
+    library = library or FootageLibrary.load()
+    adapter = load_model(model)
+    vision = CachedVision(adapter.vision_backend)
+    adapter.set_vision_backend(vision)
+    for seed in seeds:
+        t0 = time.perf_counter()
+        run_stream(adapter, vision, make_hour_stream(f"hour{n}-{seed}", n, seed, library), rows)
+        log(f"  {n} frames, stream seed {seed}: {time.perf_counter() - t0:.0f} s")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.hour", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=("videokv-tiny", "videokv-tiny-random"), default="videokv-tiny")
+    parser.add_argument("--frames", default="1800", help="comma-separated stream lengths, sampled frames 2 s apart")
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0, help="the first stream's seed; stream j has seed + j")
+    parser.add_argument("--budgets", default="0.01,0.02,0.05")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--presets", default="robot")
+    parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, full, recency, default")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
+    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
+    parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
+    args = parser.parse_args(argv)
+    budgets = tuple(float(b) for b in args.budgets.split(","))
+    policies = tuple(p for p in args.policies.split(",") if p)
+    presets = tuple(p for p in args.presets.split(",") if p)
+    without = frozenset(w for w in args.without.split(",") if w)
+    if not set(policies) <= set(POLICIES) or not all(0 < b < 1 for b in budgets):
+        parser.error(f"--policies must be a subset of {POLICIES} and --budgets shares in (0, 1)")
+    command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
+    machine = describe(REPO)
+    torch.set_num_threads(THREADS)
+    library = FootageLibrary.load()
+    probe = load_model(args.model)
+    T, sink, max_pos = probe.tokens_per_frame, len(probe.prefix_ids()), probe.max_positions
+    del probe
+    t0 = time.perf_counter()
+    results = {}
+    for n in (int(x) for x in args.frames.split(",")):
+        rows, skipped = plan_rows(n, T, sink, max_pos, policies, presets, budgets, without)
+        seeds = [args.seed + j for j in range(args.streams)]
+        if args.workers > 1:
+            import multiprocessing
+
+            parts = [seeds[w::args.workers] for w in range(args.workers) if seeds[w::args.workers]]
+            with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
+                done = pool.starmap(run_part, [(args.model, n, part, rows) for part in parts])
+            rows = done[0]
+            for other in done[1:]:
+                for into, row in zip(rows, other, strict=True):
+                    for name in Row.MERGED:
+                        getattr(into, name).extend(getattr(row, name))
+        else:
+            rows = run_part(args.model, n, seeds, rows, library)
+        results[n] = (rows, skipped)
+    info = dict(machine=machine, command=command, niceness=os.nice(0), wall_s=time.perf_counter() - t0,
+                load_end=os.getloadavg(), model=args.model, streams=args.streams, seed=args.seed,
+                library=library.names, threads=THREADS)
+    section = render(results, info)
+    if args.details:
+        with open(args.details, "w") as f:
+            for n, (rows, _) in results.items():
+                for r in rows:
+                    for d in r.details:
+                        f.write(json.dumps(dict(frames=n, **d)) + "\n")
+    if args.out == "-":
+        print(section)
+    else:
+        report.update_document(REPO / args.out, section, *MARKERS)
+        log(f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The rows of ``bench.hour`` and what each measures: one memory configuration fed an hour stream, its answers.
+
+A row's engine is the node's own (``VideoMemoryEngine``, the adapter's own preprocessing and
+decoder); only the vision encoder's output is cached by the frame's content (``CachedVision``),
+so that the stream's frames, fed to every row in lockstep, are encoded once.
+
+Budgets follow ``bench/accuracy.py``'s ``memory_config`` (the long-stream grid's rules): a budget
+``b`` is the share of the stream's frames, k = round(b n), whose tokens a question attends to.
+Besides its rows, one more: **the node's default** (``rekv`` under the robot preset exactly as
+config/memory.yaml sets it, one set retrieved for all layers by the question probe, the recent
+window attended, frames encoded against the recent window), its window and retrieval splitting
+the k frames in half (the node's 2,048-token window alone is 341 videokv-tiny frames, 19% of an hour).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from bench.accuracy import OFFLOAD_BYTES, memory_config
+from bench.long_stream import recency_config, with_preset
+from videokv_node.memory import MemoryConfig
+from videokv_node.memory.config import ReKVConfig
+from videokv_node.vision_backend import VisionBackend
+
+SHARED_BUDGET_ROWS = ("rekv", "rekv+shared", "rekv+rerank")  # one engine serves every budget (reconfigure: exact)
+
+
+class CachedVision(VisionBackend):
+    """A vision backend that remembers the last ``size`` encodings by the pixels' content (blake2b of the
+    preprocessed tensor's bytes), so rows fed the same frame in lockstep encode it once. Exact: a hit
+    returns the tensor the wrapped backend produced for the same bytes."""
+
+    def __init__(self, inner: VisionBackend, size: int = 4) -> None:
+        self.inner, self.size = inner, size
+        self.name, self.batch = f"cached({inner.name})", inner.batch
+        self._cache: dict[bytes, torch.Tensor] = {}
+        self.misses = 0
+
+    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
+        keys = [hashlib.blake2b(p.detach().cpu().contiguous().numpy().tobytes(), digest_size=16).digest() for p in pixels]
+        missing = [i for i, k in enumerate(keys) if k not in self._cache]
+        if missing:
+            out = self.inner.encode(pixels[missing])  # (m, T, hidden)
+            self.misses += len(missing)
+            for i, row in zip(missing, out):
+                self._cache[keys[i]] = row
+            while len(self._cache) > self.size:
+                self._cache.pop(next(iter(self._cache)))
+        return torch.stack([self._cache[k] for k in keys])
+
+
+@dataclass(slots=True)
+class Row:
+    label: str
+    policy: str  # a bench.accuracy POLICIES name, 'default', 'recency', 'full' or 'ceiling'
+    preset: str
+    budget: float  # share of the stream's frames; 1.0 for full and the ceiling
+    frames: int = 0  # frames of tokens a question attends to
+    correct: list[bool] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    found: list[bool] = field(default_factory=list)  # every evidence group attended in some layer
+    layer_share: list[float] = field(default_factory=list)  # mean over layers of the groups' share attended
+    ttft_s: list[float] = field(default_factory=list)
+    locate_top1: list[bool] = field(default_factory=list)
+    locate_top3: list[bool] = field(default_factory=list)
+    locate_error_s: list[float] = field(default_factory=list)  # |latest top-3 moment - last seen|
+    ingest_first_ms: list[float] = field(default_factory=list)  # per frame, the stream's first 10%
+    ingest_last_ms: list[float] = field(default_factory=list)  # per frame, its last 10%
+    bytes_resident: list[int] = field(default_factory=list)  # at the end of each stream
+    bytes_offloaded: list[int] = field(default_factory=list)
+    details: list[dict] = field(default_factory=list)  # per question: stream, question, chosen and right option
+    note: str = ""
+
+    MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
+              "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded")
+
+    @property
+    def key(self) -> str:
+        return f"{self.policy}/{self.preset}@{self.budget}"
+
+    def median(self, name: str) -> float | None:
+        values = getattr(self, name)
+        return statistics.median(values) if values else None
+
+
+def default_config(k: int, T: int, sink: int) -> MemoryConfig:
+    """The node's default memory (module doc) at k frames: config/memory.yaml's rekv, window and retrieval k/2 each."""
+    window = max(1, k // 2)
+    return MemoryConfig(policy="rekv", budget_tokens=sink + k * T + 1, local_window_tokens=window * T,
+                        retrieve_frames=max(1, k - window), page_tokens=1, offload_bytes=OFFLOAD_BYTES,
+                        rekv=ReKVConfig())
+
+
+def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
+    """The engine configuration of ``row`` on an ``n``-frame stream (the ceiling's is made by the caller)."""
+    k = max(1, round(row.budget * n))
+    if row.policy == "recency":
+        return recency_config(k, T, sink)
+    if row.policy == "full":
+        return memory_config("full", 1.0, n, n, T, sink)
+    cfg = default_config(k, T, sink) if row.policy == "default" else memory_config(row.policy, row.budget, k, n, T, sink)
+    return with_preset(cfg, row.preset) if row.preset != "robot" else cfg
+
+
+def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str, ...], presets: tuple[str, ...],
+              budgets: tuple[float, ...], without: frozenset[str]) -> tuple[list[Row], list[Row]]:
+    """(rows run, rows that cannot run here with the reason in ``note``), in table order."""
+    rows, skipped = [], []
+    if "ceiling" not in without:
+        rows.append(Row("ceiling (things + 4 other frames)", "ceiling", "robot", 1.0))
+    if "full" not in without:
+        needs = sink + (n + 1) * T
+        for p in ("full",) + (("full+tgvkv",) if "full+tgvkv" in policies else ()):
+            for b in (1.0,) if p == "full" else budgets:
+                r = Row(f"{p}" + (f" @ {b:.0%}" if p != "full" else ""), p, "robot", b, n)
+                if needs > max_positions:
+                    r.note = f"not run: {needs:,} positions needed, the model has {max_positions:,}"
+                    skipped.append(r)
+                else:
+                    rows.append(r)
+    for b in budgets:
+        k = max(1, round(b * n))
+        if "recency" not in without:
+            rows.append(Row(f"recency @ {b:.0%}", "recency", "robot", b, k))
+        for preset in presets:
+            if preset == "robot" and "default" not in without:
+                rows.append(Row(f"node default (rekv, robot) @ {b:.0%}", "default", "robot", b, k))
+            for p in policies:
+                if p != "full+tgvkv":
+                    rows.append(Row(f"{p} ({preset}) @ {b:.0%}", p, preset, b, k))
+    return rows, skipped
+
+
+def group_recall(groups: tuple[tuple[int, ...], ...], attended: set[int], layers: list[set[int]]) -> tuple[bool, float]:
+    """(every group has a frame attended in some layer, mean over layers of the share of groups with a frame
+    attended there); frames are stream indices."""
+    found = all(any(f in attended for f in g) for g in groups)
+    if not layers:
+        return found, float(found)
+    shares = [sum(any(f in layer for f in g) for g in groups) / len(groups) for layer in layers]
+    return found, sum(shares) / len(shares)
+
+
+def engine_bytes(engine) -> tuple[int, int]:
+    stats = engine.stats()
+    return stats.bytes_resident, stats.bytes_offloaded
+
+
+def replace_budget(cfg: MemoryConfig, row: Row, n: int, T: int, sink: int) -> MemoryConfig:
+    """The shared engine's configuration switched to ``row``'s budget (run-time fields only)."""
+    target = row_config(row, n, T, sink)
+    return dataclasses.replace(cfg, budget_tokens=target.budget_tokens, retrieve_frames=target.retrieve_frames)

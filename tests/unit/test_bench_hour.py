@@ -1,0 +1,69 @@
+"""bench.hour: its rows over a short hour stream on the random-weight videokv-tiny, its recall and its vision cache."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from bench.hour import main
+from bench.hour_rows import CachedVision, group_recall, plan_rows
+from videokv_node.vision_backend import VisionBackend
+
+
+class Counting(VisionBackend):
+    name, batch = "counting", None
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
+        self.calls += len(pixels)
+        return pixels.mean(dim=(2, 3))[:, None, :].repeat(1, 2, 1) + torch.randn(len(pixels), 2, 3)  # (B, 2, 3)
+
+
+def test_cached_vision_returns_the_first_encoding_of_the_same_pixels():
+    inner = Counting()
+    cache = CachedVision(inner, size=2)
+    a, b, c = (torch.full((1, 3, 4, 4), float(v)) for v in (1, 2, 3))
+    first = cache.encode(a)
+    assert torch.equal(cache.encode(a), first) and inner.calls == 1  # a hit is the stored tensor itself
+    both = cache.encode(torch.cat([a, b]))
+    assert torch.equal(both[0], first[0]) and inner.calls == 2
+    cache.encode(c)  # evicts a (the oldest of a, b)
+    assert not torch.equal(cache.encode(a), first) and inner.calls == 4
+
+
+def test_group_recall_by_hand():
+    groups = ((10, 11), (40,))
+    # union has 11 and 40; layer 0 has 10 only, layer 1 has 40 only, layer 2 both groups
+    assert group_recall(groups, {11, 40, 3}, [{10}, {40}, {11, 40}]) == (True, (0.5 + 0.5 + 1.0) / 3)
+    assert group_recall(groups, {11}, []) == (False, 0.0)
+
+
+def test_full_is_skipped_past_the_models_positions():
+    rows, skipped = plan_rows(1800, 6, 30, 8192, ("rekv", "full+tgvkv"), ("robot",), (0.02,), frozenset())
+    assert [r.policy for r in skipped] == ["full", "full+tgvkv"]
+    assert "10,836 positions" in skipped[0].note
+    assert [r.label for r in rows] == ["ceiling (things + 4 other frames)", "recency @ 2%",
+                                       "node default (rekv, robot) @ 2%", "rekv (robot) @ 2%"]
+    assert rows[1].frames == 36
+
+
+def test_a_short_hour_on_every_kind_of_row(tmp_path):
+    out, details = tmp_path / "hour.md", tmp_path / "details.jsonl"
+    assert main(["--model", "videokv-tiny-random", "--frames", "100", "--streams", "1", "--budgets", "0.03,0.06",
+                 "--policies", "rekv,hermes", "--out", str(out), "--details", str(details)]) == 0
+    text = out.read_text()
+    for label in ("ceiling", "| full |", "recency @ 3%", "node default (rekv, robot) @ 6%", "rekv (robot) @ 3%",
+                  "rekv (robot) @ 6%", "hermes (robot) @ 6%"):
+        assert label in text, label
+    lines = details.read_text().splitlines()
+    per_row = {}
+    for line in lines:
+        d = json.loads(line)
+        per_row.setdefault(d["row"], []).append(d)
+    counts = {len(v) for v in per_row.values()}
+    assert len(counts) == 1 and counts.pop() >= 8  # every row answered every question
+    assert all(d["found"] for d in per_row["full"])  # full attends every frame
+    assert all(d["found"] for d in per_row["ceiling (things + 4 other frames)"])
