@@ -28,6 +28,9 @@
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
+#   make bench-load     the node under a robot's camera load (3 raw 640x480 + 1 JPEG 1280x720 cameras at 15 Hz,
+#                       ~/ask every 2 s, ~/locate every 5 s) for LOAD_SECONDS (180); written to docs/bench/load.md
+#                       (LOAD_ARGS="--raw 1 --jpeg 2 --label mine" for another load; about 5 minutes)
 #
 # Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
 # bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
@@ -49,7 +52,7 @@ PYTEST_ARGS ?=
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros clean distclean
+.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-load clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -114,6 +117,11 @@ bench-snapshots: build
 
 bench-options: build
 	. ./env.sh && python -m videokv_node.tinyvlm.option_wording --write
+
+LOAD_SECONDS ?= 180
+LOAD_ARGS ?= --label after
+bench-load: build
+	. ./env.sh && python -m bench.load --seconds $(LOAD_SECONDS) $(LOAD_ARGS)
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

@@ -19,8 +19,8 @@ from videokv_node.ros import main as main_module  # noqa: E402
 
 
 class _Node:
-    def get_parameter(self, name):
-        return type("P", (), {"value": 1})()
+    def get_parameter(self, name):  # the executor's size reads max_pending_questions and the camera topics
+        return type("P", (), {"value": ["cam"] if name.endswith("_topics") else 1})()
 
     def destroy_node(self):
         self.destroyed = True

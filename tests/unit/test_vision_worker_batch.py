@@ -20,7 +20,7 @@ class BatchRecordingEngine:
         self.started = threading.Event()
         self.done = threading.Event()
 
-    def ingest(self, frames):
+    def ingest(self, frames, between=None):
         self.started.set()
         self.gate.wait(10)
         if any(f.camera == "bad" for f in frames):

@@ -20,7 +20,7 @@ class RecordingEngine:
         self.gate = threading.Event()
         self.started = threading.Event()
 
-    def ingest(self, frames):
+    def ingest(self, frames, between=None):
         self.started.set()
         self.gate.wait(10)
         for f in frames:
@@ -58,6 +58,50 @@ def test_question_waits_only_for_the_frame_being_ingested():
         worker.stop()
 
 
+class BatchEngine(RecordingEngine):
+    """Calls ``between`` between frames as VideoMemoryEngine.ingest does; holds the batch's first frame
+    on ``gate`` once ``hold`` is set (so a test can queue requests while a batch is being ingested)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = threading.Event()
+
+    def ingest(self, frames, between=None):
+        for i, f in enumerate(frames):
+            if i and between is not None:
+                between()
+            if i == 0 and self.hold.is_set():
+                self.started.set()
+                self.gate.wait(10)
+            self.calls.append(f"frame {f.stamp_ns}")
+
+
+@pytest.mark.parametrize(("ahead", "order"), [
+    (False, ["frame 1", "ask where", "frame 2", "frame 3"]),  # served between two frames of the batch
+    (True, ["frame 1", "frame 2", "frame 3", "reset", "ask where"]),  # a reset ahead of it holds it: order kept
+])
+def test_a_waiting_question_is_served_between_two_frames_of_a_batch(ahead, order):
+    engine = BatchEngine()
+    worker = ModelWorker(engine, queue_size=10, max_batch=3)
+    try:
+        gate0 = threading.Event()
+        worker.call(lambda: gate0.wait(10))  # the worker waits here while the batch is queued
+        for stamp in (1, 2, 3):
+            worker.submit_frame(frame(stamp))
+        engine.hold.set()
+        gate0.set()
+        assert engine.started.wait(5)  # frame 1 of the batch [1, 2, 3] is being ingested
+        if ahead:
+            worker.reset()
+        answer = worker.ask(Question("where"))
+        engine.gate.set()
+        assert answer.result(5) == "WHERE"
+        worker.call(lambda: None).result(5)
+        assert engine.calls == order
+    finally:
+        worker.stop()
+
+
 def test_full_queue_drops_the_oldest_frame_and_counts_it():
     engine = RecordingEngine()
     worker = ModelWorker(engine, queue_size=2)
@@ -71,6 +115,25 @@ def test_full_queue_drops_the_oldest_frame_and_counts_it():
         worker.ask(Question("done")).result(5)
         worker.reset().result(5)  # after the question: frames 3 and 4 may or may not have run yet
         assert engine.calls[0] == "frame 0" and "frame 1" not in engine.calls and "frame 2" not in engine.calls
+    finally:
+        worker.stop()
+
+
+def test_per_camera_counts_name_the_dropped_frames_camera_not_the_newcomers():
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=2, max_batch=1)
+    try:
+        worker.submit_frame(frame(0, "a"))
+        assert engine.started.wait(5)  # frame 0 of a is being ingested
+        for stamp, camera in ((1, "a"), (2, "b"), (3, "b"), (4, "bad")):  # 3 and 4 push out a@1 and b@2
+            worker.submit_frame(frame(stamp, camera))
+        engine.gate.set()
+        worker.call(lambda: None).result(5)
+        while worker.queue_depth:  # the two queued frames after the call
+            worker.call(lambda: None).result(5)
+        worker.stop()
+        assert worker.camera_counts() == {"a": {"ingested": 1, "overflowed": 1}, "b": {"overflowed": 1, "ingested": 1},
+                                          "bad": {"failed": 1}}
     finally:
         worker.stop()
 
@@ -136,7 +199,7 @@ def test_a_frame_gets_the_pose_that_arrived_while_it_waited_in_the_queue():
     history = PoseHistory(PoseConfig(pose_topic="odom", pose_tolerance_s=0.1))
     engine = RecordingEngine()
     ingested: list[Frame] = []
-    engine.ingest = lambda frames: (engine.started.set(), engine.gate.wait(10), ingested.extend(frames))
+    engine.ingest = lambda frames, between=None: (engine.started.set(), engine.gate.wait(10), ingested.extend(frames))
     worker = ModelWorker(engine, queue_size=10, pose_lookup=history.at)
     try:
         worker.submit_frame(frame(0))  # before any pose: ingested at once, none to be had

@@ -96,16 +96,13 @@ def _rows_to_rgb(enc: str, rows: np.ndarray, width: int, big: bool) -> np.ndarra
     return {"rgb8": pix, "bgr8": pix[..., ::-1], "rgba8": pix[..., :3], "bgra8": pix[..., 2::-1]}[enc]
 
 
-def decode_raw_image(
-    encoding: str, width: int, height: int, step: int, data, is_bigendian: bool = False
-) -> np.ndarray:
-    """Decode sensor_msgs/Image fields to an (H, W, 3) uint8 RGB array (a copy).
+def check_raw_image(encoding: str, width: int, height: int, step: int, data_len: int) -> str:
+    """Check sensor_msgs/Image fields without touching a pixel; returns the normalised encoding.
 
-    ``step`` may exceed ``width * bytes_per_pixel``: the padding at the end of each
-    row is ignored. ``data`` may hold more than ``step * height`` bytes; the rest is
-    ignored. ``is_bigendian`` only matters for mono16, which is scaled to 8 bit by
-    keeping the high byte (v >> 8, so v = 257 * g decodes back to g exactly).
-    Alpha is dropped, not composited.
+    Reads the sizes, the encoding and ``len(data)`` only (microseconds for any frame),
+    so a frame the sampler will skip costs no decode. Every way ``decode_raw_image``
+    can refuse a frame is refused here, with the same reason: a raw frame that passes
+    always decodes.
     """
     if width <= 0 or height <= 0:
         raise ImageDecodeError("zero_size", f"image is {width}x{height}; width and height must be > 0")
@@ -123,11 +120,27 @@ def decode_raw_image(
         raise ImageDecodeError(
             "bad_step", f"step {step} < width {width} * {bpp} bytes per pixel = {row_bytes} for {enc}"
         )
-    buf = _as_bytes_array(data)
-    if buf.size < step * height:
+    if data_len < step * height:
         raise ImageDecodeError(
-            "short_data", f"expected step * height = {step} * {height} = {step * height} bytes, got {buf.size}"
+            "short_data", f"expected step * height = {step} * {height} = {step * height} bytes, got {data_len}"
         )
+    return enc
+
+
+def decode_raw_image(
+    encoding: str, width: int, height: int, step: int, data, is_bigendian: bool = False
+) -> np.ndarray:
+    """Decode sensor_msgs/Image fields to an (H, W, 3) uint8 RGB array (a copy).
+
+    ``step`` may exceed ``width * bytes_per_pixel``: the padding at the end of each
+    row is ignored. ``data`` may hold more than ``step * height`` bytes; the rest is
+    ignored. ``is_bigendian`` only matters for mono16, which is scaled to 8 bit by
+    keeping the high byte (v >> 8, so v = 257 * g decodes back to g exactly).
+    Alpha is dropped, not composited.
+    """
+    buf = _as_bytes_array(data)
+    enc = check_raw_image(encoding, width, height, step, buf.size)
+    row_bytes = width * _BYTES_PER_PIXEL[enc]
     rows = buf[: step * height].reshape(height, step)[:, :row_bytes]  # (H, W*bpp), padding cut
     out = np.ascontiguousarray(_rows_to_rgb(enc, rows, width, bool(is_bigendian)))
     return out.copy() if np.may_share_memory(out, buf) else out
@@ -153,6 +166,25 @@ def _pil_to_rgb(im: Image.Image) -> np.ndarray:
     return np.array(im if im.mode == "RGB" else im.convert("RGB"), dtype=np.uint8)
 
 
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")  # JPEG SOI + marker, PNG signature
+
+
+def check_compressed_image(fmt: str, data) -> None:
+    """Check sensor_msgs/CompressedImage fields without decompressing: the format names one
+    colour JPEG or PNG (or is empty), the data is not empty and starts with a JPEG or PNG
+    signature. Reads at most 8 bytes of ``data``.
+
+    What only decompression finds (a truncated or corrupt body, a size over ``max_pixels``)
+    is left to ``decode_compressed_image``: a frame that passes here may still fail there.
+    """
+    _check_format(fmt)
+    head = _as_bytes_array(data)[:8].tobytes()
+    if not head:
+        raise ImageDecodeError("zero_size", "compressed image data is empty")
+    if not any(head.startswith(magic) for magic in _MAGIC):
+        raise ImageDecodeError("corrupt_compressed", f"{fmt!r} data starts with {head[:4].hex()}, not a JPEG or PNG signature")
+
+
 def decode_compressed_image(fmt: str, data, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode sensor_msgs/CompressedImage fields to an (H, W, 3) uint8 RGB array.
 
@@ -166,10 +198,8 @@ def decode_compressed_image(fmt: str, data, max_pixels: int = DEFAULT_MAX_PIXELS
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES was set True in this process; "
                            "truncated frames would be accepted silently")
-    _check_format(fmt)
     buf = _as_bytes_array(data)
-    if buf.size == 0:
-        raise ImageDecodeError("zero_size", "compressed image data is empty")
+    check_compressed_image(fmt, buf)
     try:
         with Image.open(io.BytesIO(buf), formats=("JPEG", "PNG")) as im:
             w, h = im.size

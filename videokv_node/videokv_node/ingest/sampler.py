@@ -17,10 +17,14 @@ Semantics, per camera:
   than that older the clock was reset (bag loop, simulator restart): the frame is
   accepted as RESET and the camera's history restarts from it;
 - ``sample_fps <= 0`` accepts every frame whose stamp is newer than the last
-  accepted one (a repeated stamp is skipped, stale ones are still dropped).
+  accepted one (a repeated stamp is skipped, stale ones are still dropped);
+- an accepted frame that then cannot be decoded is handed back (``give_back``): the
+  camera's next frame newer than it is accepted, so a corrupt frame costs its camera
+  one frame, not a whole sampling period.
 
-Invariant: between resets the accepted stamps of a camera strictly increase and
-are spaced by at least ``period_ns - tolerance_ns`` (config guarantees > 0).
+Invariant: between resets the accepted stamps of a camera strictly increase, and
+those not given back are spaced by at least ``period_ns - tolerance_ns`` (config
+guarantees > 0).
 """
 
 from __future__ import annotations
@@ -98,8 +102,8 @@ class SamplerConfig:
 class CameraCounters:
     """Counts of one camera since the last ``reset``.
 
-    Invariant: offered == accepted + skipped + stale, and resets <= accepted
-    (a RESET frame is counted in both accepted and resets).
+    Invariant: offered == accepted + skipped + stale, resets <= accepted (a RESET
+    frame is counted in both accepted and resets), and given_back <= accepted.
     """
 
     offered: int = 0
@@ -107,6 +111,7 @@ class CameraCounters:
     skipped: int = 0
     stale: int = 0
     resets: int = 0
+    given_back: int = 0  # accepted, then handed back by ``FrameSampler.give_back`` (could not be decoded)
 
     def count(self, decision: SampleDecision) -> None:
         self.offered += 1
@@ -120,6 +125,7 @@ class CameraCounters:
 class _CameraState:
     last_accepted_ns: int  # stamp of the last admitted frame; spacing is measured from it
     latest_ns: int  # newest stamp offered; staleness and resets are measured from it
+    slot_open: bool = False  # the last accepted frame was given back: the next newer frame is due at once
     counters: CameraCounters = field(default_factory=CameraCounters)
 
 
@@ -159,14 +165,33 @@ class FrameSampler:
             if state.latest_ns - stamp_ns <= cfg.reset_backward_ns:
                 return SampleDecision.STALE
             state.latest_ns = state.last_accepted_ns = stamp_ns
+            state.slot_open = False
             return SampleDecision.RESET
         state.latest_ns = stamp_ns
         # With sample_fps > 0 the first test implies the second (tolerance < period);
         # with sample_fps <= 0 (period 0, any tolerance) the second refuses repeated stamps.
-        if stamp_ns >= state.last_accepted_ns + cfg.period_ns - cfg.tolerance_ns and stamp_ns > state.last_accepted_ns:
+        due = state.slot_open or stamp_ns >= state.last_accepted_ns + cfg.period_ns - cfg.tolerance_ns
+        if due and stamp_ns > state.last_accepted_ns:
             state.last_accepted_ns = stamp_ns
+            state.slot_open = False
             return SampleDecision.ACCEPT
         return SampleDecision.SKIP
+
+    def give_back(self, camera: str, stamp_ns: int) -> bool:
+        """Hand back the admission of ``camera``'s frame stamped ``stamp_ns`` (it could not be decoded).
+
+        The camera's next frame with a newer stamp is then accepted whatever the period,
+        as if the bad frame had not been sampled. Only the camera's last admitted frame
+        can be given back, once; anything else returns False and changes nothing.
+        """
+        stamp_ns = operator.index(stamp_ns)
+        with self._lock:
+            state = self._cameras.get(camera)
+            if state is None or state.slot_open or state.last_accepted_ns != stamp_ns:
+                return False
+            state.slot_open = True
+            state.counters.given_back += 1
+            return True
 
     def counters(self) -> dict[str, CameraCounters]:
         """A snapshot (copies) of every camera's counters."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -126,10 +127,12 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self._stats = self._snapshot()
 
     # --- ingest -----------------------------------------------------------
-    def ingest(self, frames: list[Frame]) -> list[FrameBlock]:
+    def ingest(self, frames: list[Frame], between: Callable[[], None] | None = None) -> list[FrameBlock]:
         """Encode frames (time order) into memory; returns the blocks made (some may be evicted already).
 
         A policy that encodes segments may make no block for a frame yet (it waits in the open segment).
+        ``between()`` runs after each frame but the last, the memory complete up to that frame, so a
+        read-only request (the worker's waiting questions) need not wait for the whole batch.
         """
         if not frames:
             return []
@@ -141,7 +144,9 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         for frame in frames:
             if frame.pose is not None:
                 self._frame_poses[(frame.camera, frame.stamp_ns)] = frame.pose
-        for frame, feat in zip(frames, feats):
+        for i, (frame, feat) in enumerate(zip(frames, feats)):
+            if i and between is not None:
+                between()
             t1 = time.perf_counter()
             unit = Unit(feat=feat, offsets=offsets, camera=frame.camera, stamp_ns=frame.stamp_ns)
             self._ingested += 1

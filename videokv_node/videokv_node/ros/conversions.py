@@ -5,7 +5,12 @@ from __future__ import annotations
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
 
-from videokv_node.ingest.image_decode import decode_compressed_image, decode_raw_image
+from videokv_node.ingest.image_decode import (
+    check_compressed_image,
+    check_raw_image,
+    decode_compressed_image,
+    decode_raw_image,
+)
 from videokv_node.ingest.sampler import NS_PER_S
 from videokv_node.memory.question import Answer, Question
 from videokv_node.memory.stats import EngineStats
@@ -17,6 +22,16 @@ def time_to_ns(stamp: Time) -> int:
 
 def ns_to_time(ns: int) -> Time:
     return Time(sec=int(ns // NS_PER_S), nanosec=int(ns % NS_PER_S))
+
+
+def check_image(msg) -> None:
+    """sensor_msgs/Image checked without decoding (sizes, encoding, step vs data length); raises ImageDecodeError."""
+    check_raw_image(msg.encoding, msg.width, msg.height, msg.step, len(msg.data))
+
+
+def check_compressed(msg) -> None:
+    """sensor_msgs/CompressedImage checked without decoding (format, non-empty data, signature); raises ImageDecodeError."""
+    check_compressed_image(msg.format, msg.data)
 
 
 def image_to_rgb(msg):

@@ -52,13 +52,14 @@ class DiagnosticsPublisher:
         """A frame arrived on ``camera`` now (node clock)."""
         self.monitor.frame_received(camera, self.node.get_clock().now().nanoseconds)
 
-    def publish(self, counters: dict[str, int], engine, worker, snapshots=None, poses=None) -> None:
+    def publish(self, counters: dict[str, int], engine, worker, snapshots=None, poses=None, intake=None) -> None:
         """Report and publish, stamped with the node clock (engine and worker: the node's, while it is active).
 
         ``snapshots`` (a PeriodicSnapshotter, when memory.snapshot_period_s > 0) adds the status
         "videokv: snapshots": WARN when the last good snapshot is older than three periods or
         the last write failed, with the reason. ``poses`` (the node's PoseIntake, when pose_topic
-        or pose_source tf is set) adds "videokv: poses" (``pose_status``).
+        or pose_source tf is set) adds "videokv: poses" (``pose_status``). ``intake`` (the node's
+        FrameIntake) adds each camera's frame counts to its status (``camera_frame_values``).
         """
         node = self.node
         now = node.get_clock().now()
@@ -71,11 +72,38 @@ class DiagnosticsPublisher:
             now.nanoseconds, engine.stats(), counters, worker.frames_overflowed, worker.queue_depth,
             worker.queue_size, model, worker_alive=worker.alive, device_memory=device_memory(device),
         )
+        if intake is not None:
+            per_camera = camera_frame_values(intake.counts(), worker.camera_counts())
+            for status in statuses:
+                if status.name.startswith("videokv: camera "):
+                    status.values.update(per_camera.get(status.values["topic"], {}))
         if snapshots is not None:
             statuses.append(snapshot_status(snapshots.status(now.nanoseconds)))
         if poses is not None:
             statuses.append(pose_status(poses))
         self._pub.publish(to_diagnostic_array(statuses, now.to_msg(), node.get_fully_qualified_name()))
+
+
+def camera_frame_values(intake: dict[str, dict[str, int]], worker: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]:
+    """Per camera, its frames by stage as diagnostic values: ``frames_received``, ``frames_sampled``,
+    ``frames_skipped`` (not due by sample_fps: no decode), ``frames_ingested``, and ``frames_dropped_<why>``
+    for ``malformed_<reason>``, ``stale``, ``undecodable_<reason>``, ``queue_full``, ``deactivated`` and
+    ``model_failed`` (only the reasons that occurred)."""
+    out: dict[str, dict[str, str]] = {}
+    for camera in intake.keys() | worker.keys():
+        i, w = intake.get(camera, {}), worker.get(camera, {})
+        values = {"frames_received": i.get("received", 0), "frames_sampled": i.get("sampled", 0),
+                  "frames_skipped": i.get("skipped", 0), "frames_ingested": w.get("ingested", 0)}
+        for key, n in i.items():
+            if key.startswith(("malformed_", "undecodable_")) or key == "stale":
+                values[f"frames_dropped_{key}"] = n
+        if i.get("dropped_deactivated"):
+            values["frames_dropped_deactivated"] = i["dropped_deactivated"]
+        for key, name in (("overflowed", "queue_full"), ("failed", "model_failed")):
+            if w.get(key):
+                values[f"frames_dropped_{name}"] = w[key]
+        out[camera] = {k: str(v) for k, v in values.items()}
+    return out
 
 
 def snapshot_status(s) -> Status:

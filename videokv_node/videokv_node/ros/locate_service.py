@@ -54,7 +54,7 @@ class LocateService:
         try:
             query = request_to_query(request, node.resolve_camera, settings.locate.max_k)
             engine = node.engine
-            future = node.active_worker().call(lambda: engine.locate(query))
+            future = node.active_worker().call(lambda: engine.locate(query), read_only=True)
             result = future.result(timeout=settings.node.question_timeout_s)
         except (RequestError, WorkerBusy, WorkerStopped) as exc:
             return _refuse(response, str(exc))

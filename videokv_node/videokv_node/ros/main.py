@@ -43,6 +43,18 @@ def make_node() -> Node:
     return VideoKVNode()
 
 
+def executor_threads(node: Node) -> int:
+    """Threads enough that no camera waits for another and questions never wait for a thread.
+
+    One per camera (each has its own callback group, ros/camera_intake.py), one per question
+    that may wait on the model (a service callback blocks on its answer), and four for the
+    timers, ~/locate, ~/reset and the action's bookkeeping. Read from the declared parameters:
+    the lifecycle node may still be unconfigured, its settings not yet read.
+    """
+    topics = {t for name in ("image_topics", "compressed_topics") for t in node.get_parameter(name).value if t}
+    return 4 + node.get_parameter("max_pending_questions").value + len(topics)
+
+
 def main(args=None) -> int:
     """Spin the node on a MultiThreadedExecutor until Ctrl-C or shutdown; 1 if it cannot start."""
     rclpy.init(args=args)
@@ -50,8 +62,7 @@ def main(args=None) -> int:
     code = 0
     try:
         node = make_node()
-        # The lifecycle node may be unconfigured: the parameter is declared, its settings not yet read.
-        executor = MultiThreadedExecutor(num_threads=4 + node.get_parameter("max_pending_questions").value)
+        executor = MultiThreadedExecutor(num_threads=executor_threads(node))
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -2,8 +2,8 @@
 
 A thin adapter over the library: callbacks convert messages and hand work to the
 ``ModelWorker``; no callback ever runs the model. The node's parts, each created on
-activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, one
-mutually exclusive group), ``ask`` (``~/ask`` service and action on one answering path,
+activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, a
+mutually exclusive group each), ``ask`` (``~/ask`` service and action on one answering path,
 with the Spava forwarding of ``long_replay_client``), ``locate_service``,
 ``memory_services`` (``~/reset``, ``~/save_memory``, ``~/load_memory``), ``snapshots``
 (restore, shutdown, parking, periodic) and ``status`` (``~/memory_stats``,
@@ -29,6 +29,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.node import Node
 from rcl_interfaces.msg import SetParametersResult
 
+from videokv_node.ingest.frame_intake import FrameIntake
 from videokv_node.ingest.sampler import FrameSampler
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
@@ -93,6 +94,7 @@ class VideoKVMixin:
         self.engine: VideoMemoryEngine | None = None
         self.worker: ModelWorker | None = None
         self.sampler: FrameSampler | None = None
+        self.intake: FrameIntake | None = None  # check -> sample -> decode, per-camera counts; while configured
         self._parked: Path | None = None  # snapshot directory of the memory while inactive after a deactivation
         self._io: list = []  # (destroy function, entity) of what activate created
         self.status: StatusPublishers | None = None  # ~/memory_stats and /diagnostics while active
@@ -129,6 +131,7 @@ class VideoKVMixin:
             log.info(f"adapted to the model: {note}")
         self.settings = settings
         self.sampler = FrameSampler(settings.sampler)
+        self.intake = FrameIntake(self.sampler)
         self.counters.reset()
         if settings.memory.snapshot_dir:
             self._series = SnapshotSeries(settings.memory.snapshot_dir, settings.memory.snapshot_keep)
@@ -245,7 +248,7 @@ class VideoKVMixin:
             self.engine.close()
         if self._parked is not None:
             snapshots.discard(self._parked)
-        self.engine = self.adapter = self.sampler = self._parked = self.settings = self._series = None
+        self.engine = self.adapter = self.sampler = self.intake = self._parked = self.settings = self._series = None
         _free_device_memory()
         self.get_logger().info("memory and model released")
 

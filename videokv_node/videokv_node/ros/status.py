@@ -97,4 +97,5 @@ class StatusPublishers:
         engine, worker = node.engine, node.worker
         if node.status is None or engine is None or worker is None:  # fired just before a deactivation
             return
-        self._diagnostics.publish(node.counters.read(), engine, worker, snapshots=node.snapshotter, poses=node.poses)
+        self._diagnostics.publish(node.counters.read(), engine, worker, snapshots=node.snapshotter, poses=node.poses,
+                                  intake=node.intake)

@@ -4,13 +4,14 @@ Subscription callbacks must never run inference (frames would pile up in DDS
 and be dropped silently), so frames go into a bounded queue and one worker
 thread feeds them to the engine. Questions and resets go into a separate queue
 that the worker always serves first: a question waits at most for the frame
-being encoded, never for the frame queue behind it.
+being encoded, never for the frame queue behind it, nor for the rest of a batch
+(read-only requests are served between two frames of a batch).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class WorkerStopped(RuntimeError):
 class _Job:
     run: Callable[[], Any]
     future: Future
+    read_only: bool = False  # changes no memory (a question, a locate): may run between two frames of a batch
 
 
 class ModelWorker:
@@ -40,7 +42,11 @@ class ModelWorker:
 
     Frames waiting when the worker turns to them go to the engine together, at most
     ``max_batch`` at a time, so the vision encoder runs one batch instead of one call per
-    frame; a question still waits at most for the batch being encoded.
+    frame; a read-only request (``ask``, ``call(..., read_only=True)``) waiting at the head of
+    the queue runs between two frames of the batch (``engine.ingest``'s ``between``), so it
+    waits for the vision batch and one frame's prefill at most, not for the whole batch.
+    Requests still run in the order they were queued: a reset or write waiting ahead of a
+    question holds it until the batch is done.
 
     A frame submitted without a pose gets it from ``pose_lookup(stamp_ns)`` when the worker
     takes it for ingest, not when it was submitted: odometry that arrived while the frame
@@ -79,6 +85,8 @@ class ModelWorker:
         self._pose_lookup = pose_lookup
         self.frames_overflowed = 0  # dropped from a full queue; written under _cond
         self.frames_failed = 0  # raised inside the engine; written by the worker thread only
+        # camera -> {"ingested", "overflowed", "failed"} -> frames; written under _cond, read by camera_counts()
+        self._per_camera: dict[str, Counter] = {}
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
         self._thread.start()
 
@@ -93,8 +101,9 @@ class ModelWorker:
                 raise WorkerStopped("worker stopped")
             dropped = len(self._frames) >= self.queue_size
             if dropped:
-                self._frames.popleft()
+                oldest = self._frames.popleft()
                 self.frames_overflowed += 1
+                self._per_camera.setdefault(oldest.camera, Counter())["overflowed"] += 1
             self._frames.append(frame)
             self._cond.notify()
         return not dropped
@@ -105,7 +114,7 @@ class ModelWorker:
         Whatever ``on_token`` raises (a caller's cancellation) ends the question and reaches the
         future; ``engine.ask`` changes no memory, so stopping it mid-generation is safe.
         """
-        return self._submit(lambda: self.engine.ask(question, on_token=on_token))
+        return self._submit(lambda: self.engine.ask(question, on_token=on_token), read_only=True)
 
     def reset(self) -> Future:
         """Drop queued frames and forget the memory, in order with questions."""
@@ -117,20 +126,32 @@ class ModelWorker:
 
         return self._submit(_reset)
 
-    def call(self, run: Callable[[], Any]) -> Future:
-        """Run ``run()`` on the worker thread, in order with questions (snapshots of the engine)."""
-        return self._submit(run)
+    def call(self, run: Callable[[], Any], read_only: bool = False) -> Future:
+        """Run ``run()`` on the worker thread, in order with questions (snapshots of the engine); ``read_only``:
+        it changes no memory (``engine.locate``), so it may run between two frames of a batch."""
+        return self._submit(run, read_only)
 
-    def _submit(self, run: Callable[[], Any]) -> Future:
+    def _submit(self, run: Callable[[], Any], read_only: bool = False) -> Future:
         future: Future = Future()
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("worker stopped")
             if len(self._jobs) >= self.max_pending_jobs:
                 raise WorkerBusy(f"{len(self._jobs)} requests already waiting (max_pending_questions)")
-            self._jobs.append(_Job(run, future))
+            self._jobs.append(_Job(run, future, read_only))
             self._cond.notify()
         return future
+
+    def camera_counts(self) -> dict[str, dict[str, int]]:
+        """A snapshot, per camera, of its frames ``ingested``, ``overflowed`` (dropped oldest from the full
+        queue: the dropped frame's camera, not the newcomer's) and ``failed`` (raised inside the engine)."""
+        with self._cond:
+            return {camera: dict(c) for camera, c in self._per_camera.items()}
+
+    def _count(self, frames: list[Frame], key: str) -> None:
+        with self._cond:
+            for f in frames:
+                self._per_camera.setdefault(f.camera, Counter())[key] += 1
 
     @property
     def queue_depth(self) -> int:
@@ -157,19 +178,35 @@ class ModelWorker:
                 job = self._jobs.popleft() if self._jobs else None
                 frames = [] if job else [self._frames.popleft() for _ in range(min(self.max_batch, len(self._frames)))]
             if job is not None:
-                if job.future.set_running_or_notify_cancel():
-                    try:
-                        job.future.set_result(job.run())
-                    except BaseException as exc:  # delivered to the caller, never kills the worker
-                        job.future.set_exception(exc)
+                self._run_job(job)
                 continue
             try:
                 self._resolve_poses(frames)
-                self.engine.ingest(frames)  # all queued frames (up to max_batch) in one vision batch
+                # All queued frames (up to max_batch) in one vision batch; waiting questions between its frames.
+                self.engine.ingest(frames, between=self._serve_read_only)
+                self._count(frames, "ingested")
             except Exception as exc:  # a bad batch must not stop the memory; its frames are counted as failed
                 self.frames_failed += len(frames)
+                self._count(frames, "failed")
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
+
+    @staticmethod
+    def _run_job(job: _Job) -> None:
+        if job.future.set_running_or_notify_cancel():
+            try:
+                job.future.set_result(job.run())
+            except BaseException as exc:  # delivered to the caller, never kills the worker
+                job.future.set_exception(exc)
+
+    def _serve_read_only(self) -> None:
+        """Between two frames of a batch: run the read-only requests at the head of the queue, in order."""
+        while True:
+            with self._cond:
+                if self._stopping or not self._jobs or not self._jobs[0].read_only:
+                    return
+                job = self._jobs.popleft()
+            self._run_job(job)
 
     def _resolve_poses(self, frames: list[Frame]) -> None:
         """Give each frame without a pose the pose at its stamp, as late as possible: right before ingest.

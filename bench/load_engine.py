@@ -1,0 +1,72 @@
+"""The engine alone (no ROS) doing the load bench's work: RSS against the memory's own KV bytes.
+
+Each round ingests one frame of each of four cameras (three 640x480, one 1280x720), asks
+a multiple-choice and a short open question, and every other round locates, as
+``bench/load.py``'s planner does against the node; it prints the process's RSS and the
+memory's KV bytes (resident + host arena) every 10 rounds, and the p50 times. Used to find
+where the node's RSS growth comes from, and to compare glibc settings: run two at once
+(the same share of a loaded machine), e.g.
+
+    python -m bench.load_engine & MALLOC_MMAP_THRESHOLD_=131072 python -m bench.load_engine
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.question import Frame, Question
+from videokv_node.models.factory import load_adapter
+from videokv_node.settings import build_settings
+from videokv_node.synthetic import SyntheticScene
+from videokv_node.vision.selection import attach_vision_backend
+
+
+def rss_mib() -> float:
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--torch-threads", type=int, default=1)
+    p.add_argument("--model", default="videokv-tiny")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    s = build_settings({})
+    adapter = load_adapter(args.model, device="cpu", dtype="auto", seed=0)
+    attach_vision_backend(adapter, s.vision)
+    engine = VideoMemoryEngine(adapter, s.memory, s.generation)
+    scenes = [SyntheticScene(640, 480, seed=c) for c in range(3)] + [SyntheticScene(1280, 720, seed=3)]
+    times: dict[str, list[float]] = {"ingest per frame": [], "ask": [], "locate": []}
+    start_rss = rss_mib()
+
+    def timed(key: str, run, n: int = 1) -> None:
+        t = time.perf_counter()
+        run()
+        times[key].append((time.perf_counter() - t) / n)
+
+    for r in range(args.rounds):
+        frames = [Frame(f"/cam{c}", (2 * r * 4 + c) * 10**9 // 4, scene.frame(r % len(scene))) for c, scene in enumerate(scenes)]
+        timed("ingest per frame", lambda: engine.ingest(frames), len(frames))
+        timed("ask", lambda: engine.ask(Question("What colour is the ball?", options=["red", "green", "blue"])))
+        timed("ask", lambda: engine.ask(Question("What do you see?", max_new_tokens=8)))
+        if r % 2 == 0:
+            timed("locate", lambda: engine.locate(LocateQuery("the red ball", 3)))
+        if r % 10 == 9 or r == args.rounds - 1:
+            st = engine.stats()
+            print(f"round {r + 1}: RSS {rss_mib():.0f} MiB (+{rss_mib() - start_rss:.0f}), "
+                  f"KV {(st.bytes_resident + st.bytes_offloaded) / 2**20:.1f} MiB", flush=True)
+    print(f"MALLOC_MMAP_THRESHOLD_={os.environ.get('MALLOC_MMAP_THRESHOLD_', 'unset')}, torch threads {args.torch_threads}: "
+          + ", ".join(f"{k} p50 {statistics.median(v) * 1e3:.0f} ms" for k, v in times.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
