@@ -222,11 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows:
                     for d in r.details:
                         f.write(json.dumps(dict(frames=n, **d)) + "\n")
-    if args.out == "-":
-        print(section)
-    else:
-        report.update_document(REPO / args.out, section, *MARKERS)
-        log(f"results written to {args.out}")
+    report.write_section(args.out, section, *MARKERS, REPO)
     return 0
 
 

@@ -19,7 +19,7 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _accuracy(correct: list[bool]) -> str:
+def accuracy_cell(correct: list[bool]) -> str:
     k, m = sum(correct), len(correct)
     if not m:
         return "-"
@@ -38,7 +38,7 @@ def main_table(rows: list[Row]) -> str:
         ratio = f" ({statistics.mean(last) / statistics.mean(first):.2f}x)" if first and last else ""
         err = [e for e in r.locate_error_s if e != float("inf")]
         body.append([
-            r.label, str(r.frames), _accuracy(r.correct),
+            r.label, str(r.frames), accuracy_cell(r.correct),
             f"{sum(r.found)}/{len(r.found)}", f"{statistics.mean(r.layer_share):.2f}" if r.layer_share else "-",
             f"{sum(r.locate_top1)}/{len(r.locate_top1)}", f"{sum(r.locate_top3)}/{len(r.locate_top3)}",
             f"{statistics.median(err):.0f}" if err else "-",

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from bench import report
-from bench.hour_report import DOC, _accuracy
+from bench.hour_report import DOC, accuracy_cell
 from bench.hour_rows import default_config, group_recall
 from bench.machine import describe
 from bench.report import load_text, log, size, table
@@ -154,7 +154,7 @@ def render(m: dict, info: dict) -> str:
     agree = info.get("agree", "not compared")
     body = table(["", ""], [
         ["frames published / ingested / dropped", f"{info['frames']:,} / {m['ingested']:,} / {m['dropped']}"],
-        ["accuracy [95% Wilson]", _accuracy(m["correct"])],
+        ["accuracy [95% Wilson]", accuracy_cell(m["correct"])],
         ["needles found (some layer)", f"{sum(m['found'])}/{len(m['found'])}"],
         ["~/locate top-1 / top-3", f"{sum(m['top1'])}/{len(m['top1'])} / {sum(m['top3'])}/{len(m['top3'])}"],
         ["last-seen error p50 (s)", f"{statistics.median(err):.0f}" if err else "-"],
@@ -205,11 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{args.engine_details}: {len(engine)} answers of {label!r} on {stream.video_id}, expected {len(m['chosen'])}")
         info["agree"] = f"{sum(a == b for a, b in zip(engine, m['chosen']))}/{len(m['chosen'])}"
     section = render(m, info)
-    if args.out == "-":
-        print(section)
-    else:
-        report.update_document(REPO / args.out, section, *MARKERS)
-        log(f"results written to {args.out}")
+    report.write_section(args.out, section, *MARKERS, REPO)
     return 0
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from videokv_node.eval.footage import FootageLibrary, sensor_noise, view
+from videokv_node.tinyvlm.render import draw_shape
 from videokv_node.tinyvlm.scenes import COLOURS, SHAPES
 
 CAMERA_SIZE = (640, 480)  # (width, height) of a frame
@@ -132,13 +133,7 @@ def draw_thing(rgb: np.ndarray, thing: Thing, at: Appearance, rng: np.random.Gen
     draw = ImageDraw.Draw(img)
     h = img.height
     x, y, r = at.x * img.width, at.y * h, at.side * h / 2
-    fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[thing.colour])
-    if thing.shape == "circle":
-        draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
-    elif thing.shape == "square":
-        draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
-    else:
-        draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
+    draw_shape(draw, thing.shape, thing.colour, x, y, r, rng)
     return np.asarray(img).copy()
 
 

@@ -31,6 +31,19 @@ def _font(size: int):
         return ImageFont.load_default(size)
 
 
+def draw_shape(draw: ImageDraw.ImageDraw, shape: str, colour: str, x: float, y: float, r: float,
+               rng: np.random.Generator) -> None:
+    """A filled ``shape`` (circle, square, triangle) of half-side ``r`` centred at (x, y), in ``colour`` with each
+    channel jittered by up to 20 grey levels (three draws of ``rng``)."""
+    fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[colour])
+    if shape == "circle":
+        draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
+    elif shape == "square":
+        draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
+    else:
+        draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
+
+
 def render(scene: Scene) -> np.ndarray:
     """(224, 224, 3) uint8 RGB picture of ``scene``; the same scene always gives the same pixels."""
     rng = np.random.default_rng(scene.seed)
@@ -56,13 +69,7 @@ def render(scene: Scene) -> np.ndarray:
             y = 112 + int(rng.integers(-60, 61))
         else:
             r, x, y = s.side / 2, s.x, s.y
-        fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in COLOURS[s.colour])
-        if s.shape == "circle":
-            draw.ellipse((x - r, y - r, x + r, y + r), fill=fill)
-        elif s.shape == "square":
-            draw.rectangle((x - r, y - r, x + r, y + r), fill=fill)
-        else:
-            draw.polygon(((x, y - r), (x - r, y + r), (x + r, y + r)), fill=fill)
+        draw_shape(draw, s.shape, s.colour, x, y, r, rng)
     if scene.digit is not None:
         size = int(rng.integers(110, 151))
         ink = tuple(int(v) for v in rng.integers(0, 60, 3))
