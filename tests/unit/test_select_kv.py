@@ -1,9 +1,9 @@
 """StreamKV's layer-adaptive SelectKV: exact budgets on hand-made scores, against two references.
 
-References: a brute force that tries every distinct threshold p (each cumulative
-sum and each midpoint between neighbours) and applies Eq. (7) by its
-definition, with its own softmax in Python floats; and Algorithm 1 itself
-(``binary_search_threshold``). Inputs are random cosine-like scores in [-1, 1],
+References, both written here in Python floats, independent of ``select_kv.py``: a brute
+force that tries every distinct threshold p (each cumulative sum and each midpoint between
+neighbours) and applies Eq. (7) by its definition, with its own softmax; and Algorithm 1
+of the paper, the binary search on p, literally (``algorithm1``). Inputs are random cosine-like scores in [-1, 1],
 where ties between cumulative sums have probability zero; ties get their own
 tests, with the documented rule.
 """
@@ -19,8 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from videokv_node.memory.select_kv import (
-    binary_search_threshold,
-    budgets_at_threshold,
     cosine_scores,
     cumulative_scores,
     layer_budgets,
@@ -108,7 +106,7 @@ def test_equal_cumulative_sums_go_to_the_earlier_layer(total, expected):
     layers = [t(0.1, 0.1, 0.1), t(0.1, 0.1, 0.1)]
     assert layer_budgets(layers, total) == expected
     # Algorithm 1 has no answer exactly where the tie straddles the cut.
-    assert (binary_search_threshold(layers, total) is None) == (total in (3, 5))
+    assert (algorithm1(layers, total) is None) == (total in (3, 5))
 
 
 def test_negative_total_raises():
@@ -167,17 +165,46 @@ def test_matches_brute_force_threshold():
         assert layer_budgets(layers, total) == reference_budgets(layers, total), (layers, total)
 
 
+def k_at_threshold(cums: list[list[float]], p: float) -> list[int]:
+    """Eq. (7): K_l^p = min{k : C_l(k) >= p}; all n_l if rounding leaves C_l(n_l) below p; 0 if empty."""
+    return [next((k for k, v in enumerate(c, start=1) if v >= p), len(c)) for c in cums]
+
+
+def algorithm1(scores: list[torch.Tensor], total: int, eps: float = 1e-9) -> float | None:
+    """Algorithm 1 of the paper, literally: bisect p in [0, 1] until sum_l K_l^p == total; None if the
+    search ends without delta == 0 (total outside [L', sum n_l], or equal sums straddling the cut)."""
+    cums = reference_cumsums(scores)
+    p1, p2 = 0.0, 1.0
+    while p2 - p1 > eps:
+        p = (p1 + p2) / 2
+        delta = sum(k_at_threshold(cums, p)) - total
+        if delta == 0:
+            return p
+        if delta < 0:
+            p1 = p
+        else:
+            p2 = p
+    return None
+
+
+def test_algorithm1_reference_hand_computed():
+    """PEAKED's C = 0.711, 0.807, 0.904, 1 and FLAT's 0.25, 0.5, 0.75, 1: p in (0.711, 0.75] gives [2, 3]."""
+    p = algorithm1([PEAKED, FLAT], 5)
+    assert p is not None and 0.711 < p <= 0.75
+    assert k_at_threshold(reference_cumsums([PEAKED, FLAT]), 0.72) == [2, 3]
+
+
 def test_matches_binary_search():
     for layers, total in random_cases(150, seed=2):
-        p = binary_search_threshold(layers, total)
+        p = algorithm1(layers, total)
         assert p is not None, (layers, total)  # without ties, Algorithm 1 always converges here
-        assert budgets_at_threshold(layers, p) == layer_budgets(layers, total)
+        assert k_at_threshold(reference_cumsums(layers), p) == layer_budgets(layers, total)
 
 
 def test_binary_search_fails_outside_its_range():
-    assert binary_search_threshold([PEAKED, FLAT], 9) is None  # more than there is
-    assert binary_search_threshold([PEAKED, FLAT], 1) is None  # below one per layer
-    assert binary_search_threshold([PEAKED, FLAT], 8) is not None
+    assert algorithm1([PEAKED, FLAT], 9) is None  # more than there is
+    assert algorithm1([PEAKED, FLAT], 1) is None  # below one per layer
+    assert algorithm1([PEAKED, FLAT], 8) is not None
 
 
 def test_cumulative_scores_end_at_one():

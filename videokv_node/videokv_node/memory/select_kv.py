@@ -16,7 +16,7 @@ selects the ``N - L'`` smallest cumulative sums over all layers, each adding one
 to its layer. ``layer_budgets`` takes those directly: the same allocation
 whenever the search succeeds, and an exact ``sum == N`` also when equal
 cumulative sums straddle the cut, where no ``p`` exists and the search fails.
-``binary_search_threshold`` keeps Algorithm 1 literally, as a test reference.
+Algorithm 1 itself, literally, is the reference of ``tests/unit/test_select_kv.py`` (written there).
 
 Cumulative sums are computed in float64 so that layers with identical scores
 get bit-identical sums, which makes the documented tie rule observable.
@@ -146,40 +146,3 @@ def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
         # The k best, newest first among equals at the cut (a stable sort of the reversed scores, exactly).
         out.append(top_k_newest(s, k).to(device="cpu", dtype=torch.int64))
     return out
-
-
-def budgets_at_threshold(scores: Sequence[torch.Tensor], p: float) -> list[int]:
-    """K_l^p = min{k : C_l(k) >= p} per layer (Eq. 7); 0 for an empty layer.
-
-    If rounding leaves C_l(n_l) just below ``p`` (it is 1 only in exact
-    arithmetic), the layer takes all n_l: p <= 1 is always reachable in theory.
-    """
-    return _budgets_at(cumulative_scores(scores), p)
-
-
-def _budgets_at(cums: list[torch.Tensor], p: float) -> list[int]:
-    # C_l is non-decreasing, so the first index with C_l >= p is a left searchsorted.
-    target = torch.tensor([p], dtype=torch.float64)
-    return [min(int(torch.searchsorted(c, target)[0]) + 1, c.numel()) if c.numel() else 0 for c in cums]
-
-
-def binary_search_threshold(scores: Sequence[torch.Tensor], total: int, eps: float = 1e-9) -> float | None:
-    """Algorithm 1 of the paper, literally: the global threshold p with sum_l K_l^p == total, or None.
-
-    None where the search ends without ``delta == 0`` (the paper would return
-    the last ``p`` anyway): ``total`` outside [L', sum n_l], or equal cumulative
-    sums of different layers straddling the cut. Kept as the reference that
-    ``layer_budgets`` is tested against, not used at run time.
-    """
-    cums = cumulative_scores(scores)
-    p1, p2 = 0.0, 1.0
-    while p2 - p1 > eps:
-        p = (p1 + p2) / 2
-        delta = sum(_budgets_at(cums, p)) - total
-        if delta == 0:
-            return p
-        if delta < 0:
-            p1 = p
-        else:
-            p2 = p
-    return None
