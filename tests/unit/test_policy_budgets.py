@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.cache_utils import DynamicCache
 
+from tests.unit import references as ref
 from tests.unit.helpers import scene
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.block import Tier
@@ -225,11 +226,9 @@ def test_time_window_cites_only_frames_inside_it(tiny_adapter, name):
 
 def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
     """Compression against the guidance prompt and retrieval against the question are SelectKV over
-    cosine scores of each block's representative key (Eqs. 9 and 11), recomputed here from the blocks."""
-    from videokv_node.memory.policies.streamkv import criterion
-    from videokv_node.memory.select_kv import cosine_scores, select_kv
-
-    L = tiny_adapter.geometry.n_layers
+    cosine scores of each block's representative key (Eqs. 9 and 11), recomputed here from the blocks
+    with the references of tests/unit/references.py (the queries from a plain forward's q_proj)."""
+    L, H_kv = tiny_adapter.geometry.n_layers, tiny_adapter.geometry.n_kv_heads
     e = engine(tiny_adapter, "streamkv", 60, 2, 40,
                streamkv=StreamKVConfig(compression_ratio=0.5, min_segment_frames=4, max_segment_frames=8, retrieve_frames=3))
     seen: dict[int, list] = {}
@@ -244,31 +243,31 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
         else:
             current.append(b)
     assert len(segments) >= 3
-    guidance = e.policy.guidance
+    probe = ref.probe_queries(tiny_adapter, e.policy.cfg.guidance_prompt)  # (L, n, H_q, D)
+    guidance = [ref.mean_query(probe[l], H_kv) for l in range(L)]
     for frames_ in segments:
-        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])
-        keep = select_kv([cosine_scores(reps[:, l], guidance[l]) for l in range(L)], math.ceil(0.5 * len(frames_)) * L)
+        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])  # (T_i, L, H_kv * D)
+        keep = ref.selectkv([ref.cosine(reps[:, l], guidance[l]) for l in range(L)], math.ceil(0.5 * len(frames_)) * L)
         for l in range(L):
-            assert [i for i, b in enumerate(frames_) if b.layers[l] is not None] == keep[l].tolist()
+            assert [i for i, b in enumerate(frames_) if b.layers[l] is not None] == keep[l]
 
     question = "where is the red box?"
     e.ask(Question(question, max_new_tokens=1))
-    query = criterion(e.probe(question), tiny_adapter.geometry.n_kv_heads)
+    probe = ref.probe_queries(tiny_adapter, question)
+    query = [ref.mean_query(probe[l], H_kv) for l in range(L)]
     candidates = e.candidates(Question(question))
     pending = {b for ids in e.last_layer_blocks for b in ids} - {b.block_id for b in candidates}
     ranges = [[b for b in candidates if b.layers[l] is not None] for l in range(L)]
-    picked = select_kv([cosine_scores(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L)
+    picked = ref.selectkv([ref.cosine(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L)
     for l in range(L):
-        expected = sorted([ranges[l][i].block_id for i in picked[l].tolist()])
+        expected = sorted([ranges[l][i].block_id for i in picked[l]])
         assert sorted(i for i in e.last_layer_blocks[l] if i not in pending) == expected
 
 
 def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
     """Stage 1 (top 2k by cosine per granularity) and stage 2 (rerank against the top segments'
-    centroid), recomputed from the blocks' representatives and the question's probe."""
-    from videokv_node.memory.scoring.mukv import semi_hierarchical_rerank
-    from videokv_node.memory.select_kv import cosine_scores
-
+    centroid), recomputed from the blocks' representatives and the question's queries read from a
+    plain forward's last-layer q_proj (tests/unit/references.py)."""
     geo = tiny_adapter.geometry
     # Strong rerank weights, so that stage 2 changes stage 1's order and the check has teeth.
     cfg = MuKVConfig(retrieve_patch=3, retrieve_frame=2, retrieve_segment=2, rerank_patch=0.9, rerank_frame=0.9)
@@ -277,16 +276,18 @@ def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
         e.ingest([f])
     question = "what happened first?"
     e.ask(Question(question, max_new_tokens=1))
-    q = e.probe(question)[-1].float().mean(0).view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)
+    q = ref.mean_query(ref.probe_queries(tiny_adapter, question)[-1], geo.n_kv_heads)  # (H_kv * D,)
     by = {g: [b for b in e.store.blocks() if b.stream == g] for g in ("patch", "frame", "segment")}
-    scores = {g: cosine_scores(torch.stack([b.rep for b in bs]), q) for g, bs in by.items()}
     reps = {g: torch.stack([b.rep for b in bs]) for g, bs in by.items()}
-    picked = semi_hierarchical_rerank(
+    scores = {g: ref.cosine(reps[g], q) for g in by}
+    picked = ref.mukv_rerank(
         scores, reps, {g: getattr(cfg, f"retrieve_{g}") for g in by}, {g: getattr(cfg, f"rerank_{g}") for g in by},
         top_segments=cfg.top_segments, over=cfg.over_retrieval,
     )
+    assert any(picked[g] != sorted(sorted(range(len(scores[g])), key=lambda j: -scores[g][j])[: getattr(cfg, f"retrieve_{g}")])
+               for g in ("patch", "frame"))  # the rerank changed something: the check has teeth
     for g, bs in by.items():
-        assert sorted(e.policy.last_selection[g]) == sorted(bs[i].block_id for i in picked[g].tolist())
+        assert sorted(e.policy.last_selection[g]) == sorted(bs[i].block_id for i in picked[g])
     # Every kept block's representative is the mean of its kept last-layer pre-RoPE keys.
     b = by["frame"][3]
     kv = b.layers[-1]
