@@ -30,6 +30,7 @@ REKV_SELECTIONS = ("layer", "shared")
 SIMILARITIES = ("tokens", "mean")
 HERMES_PSEUDO_MODES = ("probe", "live")
 HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
+HERMES_BUDGET_RULES, HERMES_RECENCY = ("hard_cap", "script"), ("frame", "token")
 HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")
@@ -135,7 +136,9 @@ class HermesConfig:
 
     shallow_ratio: float = param(0.1, "HERMES: share of layers that are sensory memory (paper: 0.1)", fraction=True)  # paper: 10% shallow / 60% middle / 30% deep
     deep_ratio: float = param(0.3, "HERMES: share of layers that are long-term memory (paper: 0.3)", fraction=True)
-    recency_rate: float = param(20.0, "HERMES: forgetting curve exp(-rate * age / oldest age) (HERMES' public script: 20)")  # script: exp(-20 d / (N-1))
+    recency_rate: float = param(20.0, "HERMES: forgetting curve exp(-rate * age / oldest age), age as memory.hermes.recency measures it (HERMES' public script: 20)")
+    recency: str = param("frame", "HERMES: a token's age for the forgetting curve, frame (frames since its frame, robot, ours) or token (its place from the end of the layer's cache, HERMES' script: exp(-k (N-1-j) / (N-1)))", choices=HERMES_RECENCY)
+    budget_rule: str = param("hard_cap", "HERMES: hard_cap (robot, ours: budget_tokens per layer, prompt sink included, never exceeded; a compression leaves room for the next chunk) or script (HERMES' script: a compression at a chunk's end keeps budget_tokens video tokens per layer, the sink not counted, and the next chunk goes above it)", choices=HERMES_BUDGET_RULES)
     recency_rate_deep: float = param(20.0, "HERMES: the middle layers' forgetting rate moves linearly from recency_rate to this at the deep end (HERMES' script: 0.5; robot: 20, fixed)")
     omega0: float = param(1.0, "HERMES: middle-layer recency weight at the shallow boundary; omega is clamped to [0, 1] (ours: 1.0)", unbounded=True)
     omega_gamma: float = param(1.0, "HERMES: omega's decrease to the deep boundary, omega = omega0 - gamma * depth (ours: 1.0)", unbounded=True)  # script: 0.9
@@ -161,8 +164,8 @@ class HermesConfig:
             raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
         if self.recency_rate <= 0 or self.recency_rate_deep <= 0:
             raise ConfigError(f"{p}.recency_rate and recency_rate_deep must be > 0")
-        check_choice(f"{p}.schedule_end", self.schedule_end, HERMES_SCHEDULE_ENDS)
-        check_choice(f"{p}.pseudo_queries", self.pseudo_queries, HERMES_PSEUDO_MODES)
+        for name, choices in (("schedule_end", HERMES_SCHEDULE_ENDS), ("pseudo_queries", HERMES_PSEUDO_MODES), ("recency", HERMES_RECENCY), ("budget_rule", HERMES_BUDGET_RULES)):
+            check_choice(f"{p}.{name}", getattr(self, name), choices)
         if self.chunk_frames < 1:
             raise ConfigError(f"{p}.chunk_frames must be >= 1")
         for role in ("shallow", "middle", "deep"):
