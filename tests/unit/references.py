@@ -96,3 +96,46 @@ def mukv_rerank(scores: dict[str, list[float]], reps: dict[str, torch.Tensor], k
             rescored = {j: (1 - lam[g]) * s[j] + lam[g] * c for j, c in zip(cand[g], cons)}
         out[g] = sorted(sorted(cand[g], key=lambda j: (-rescored[j], j))[: k[g]])
     return out
+
+
+def zscores(s: list[float]) -> list[float]:
+    """(x - mean) / std with the unbiased std, in Python floats; zeros for < 2 values or no spread."""
+    n = len(s)
+    if n < 2:
+        return [0.0] * n
+    m = sum(s) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in s) / (n - 1))
+    return [(x - m) / sd for x in s] if sd > 0 else [0.0] * n
+
+
+def rescale_sum_match(arr: list[int], new_min: float, new_max: float) -> list[int]:
+    """StreamKV's code's ``rescale_sum_match`` (model/abstract_streamkv.py), re-typed with numpy as it is
+    written there; its argsort made stable so that ties go to the earlier layer."""
+    import numpy as np
+
+    a = np.array(arr, dtype=float)
+    orig_sum, amin, amax = a.sum(), a.min(), a.max()
+    if amin == amax:
+        return a.astype(int).tolist()
+    scaled = (a - amin) / (amax - amin) * (new_max - new_min) + new_min
+    mapped = np.clip(np.round(scaled * (orig_sum / scaled.sum())), new_min, new_max)
+    diff = int(round(orig_sum - mapped.sum()))
+    if diff != 0:
+        for i in (np.argsort(mapped, kind="stable") if diff > 0 else np.argsort(-mapped, kind="stable")):
+            if (diff > 0 and mapped[i] < new_max) or (diff < 0 and mapped[i] > new_min):
+                mapped[i] += 1 if diff > 0 else -1
+                diff += -1 if diff > 0 else 1
+                if diff == 0:
+                    break
+    return mapped.astype(np.int32).tolist()
+
+
+def selectkv_code(scores: list[list[float]], total: int, low: float, high: float) -> list[list[int]]:
+    """SelectKV as StreamKV's code splits it: z-scores before the softmax, the threshold split of
+    ``selectkv``, the counts through ``rescale_sum_match`` into [low, high], at least 1, at most n_l."""
+    z = [zscores(s) for s in scores]
+    budgets = [len(k) for k in selectkv(z, total)]
+    live = [i for i, s in enumerate(scores) if s]
+    for i, k in zip(live, rescale_sum_match([budgets[i] for i in live], low, high) if live else []):
+        budgets[i] = max(1, min(len(scores[i]), k))
+    return [sorted(sorted(range(len(s)), key=lambda j: (-s[j], -j))[:k]) for s, k in zip(scores, budgets)]

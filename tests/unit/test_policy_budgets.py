@@ -224,13 +224,20 @@ def test_time_window_cites_only_frames_inside_it(tiny_adapter, name):
     assert stamps and all(since <= s <= until for s in stamps)
 
 
-def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
+@pytest.mark.parametrize("split", ["softmax", "code"])
+def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter, split):
     """Compression against the guidance prompt and retrieval against the question are SelectKV over
     cosine scores of each block's representative key (Eqs. 9 and 11), recomputed here from the blocks
-    with the references of tests/unit/references.py (the queries from a plain forward's q_proj)."""
+    with the references of tests/unit/references.py (the queries from a plain forward's q_proj); split
+    code (paper preset): z-scores and the code's count rescaling, within (1 -/+ 0.75) x the mean kept
+    count compressing, (1 -/+ 0.25) x N_r retrieving."""
     L, H_kv = tiny_adapter.geometry.n_layers, tiny_adapter.geometry.n_kv_heads
     e = engine(tiny_adapter, "streamkv", 60, 2, 40,
-               streamkv=StreamKVConfig(compression_ratio=0.5, min_segment_frames=4, max_segment_frames=8, retrieve_frames=3))
+               streamkv=StreamKVConfig(compression_ratio=0.5, min_segment_frames=4, max_segment_frames=8, retrieve_frames=3, split=split))
+
+    def pick(scores, total, low, high):
+        return ref.selectkv(scores, total) if split == "softmax" else ref.selectkv_code(scores, total, low, high)
+
     seen: dict[int, list] = {}
     for f in scene(30, seed=9, scene_len=6):
         for b in e.ingest([f]):
@@ -247,7 +254,8 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
     guidance = [ref.mean_query(probe[l], H_kv) for l in range(L)]
     for frames_ in segments:
         reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])  # (T_i, L, H_kv * D)
-        keep = ref.selectkv([ref.cosine(reps[:, l], guidance[l]) for l in range(L)], math.ceil(0.5 * len(frames_)) * L)
+        m = 0.5 * len(frames_)
+        keep = pick([ref.cosine(reps[:, l], guidance[l]) for l in range(L)], math.ceil(m) * L, max(1, int(m * 0.25)), min(len(frames_), int(m * 1.75)))
         for l in range(L):
             assert [i for i, b in enumerate(frames_) if b.layers[l] is not None] == keep[l]
 
@@ -258,7 +266,7 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
     candidates = e.candidates(Question(question))
     pending = {b for ids in e.last_layer_blocks for b in ids} - {b.block_id for b in candidates}
     ranges = [[b for b in candidates if b.layers[l] is not None] for l in range(L)]
-    picked = ref.selectkv([ref.cosine(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L)
+    picked = pick([ref.cosine(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L, 2.25, 3.75)
     for l in range(L):
         expected = sorted([ranges[l][i].block_id for i in picked[l]])
         assert sorted(i for i in e.last_layer_blocks[l] if i not in pending) == expected

@@ -18,11 +18,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit import references as ref
 from videokv_node.memory.select_kv import (
+    code_layer_budgets,
     cosine_scores,
     cumulative_scores,
     layer_budgets,
+    rescale_counts,
     select_kv,
+    standardise,
 )
 
 PEAKED = torch.tensor([1.0, -1.0, -1.0, -1.0])  # C = 0.711, 0.807, 0.904, 1
@@ -264,3 +268,43 @@ def test_select_kv_keeps_the_top_scores_in_time_order(layers, total):
         rest[idx] = False
         if k and bool(rest.any()):
             assert float(s[idx].min()) >= float(s[rest].max())
+
+
+# --- split code: StreamKV's code (standardised scores, rescaled counts) ---------------------------
+def test_rescale_counts_hand_computed():
+    # [2, 4, 6] onto [3, 5]: scaled 3, 4, 5 (sum 12 = the counts' sum), nothing to hand out.
+    assert rescale_counts([2, 4, 6], 3, 5) == [3, 4, 5]
+    # [1, 1, 10] onto [2, 6]: scaled 2, 2, 6, times 12/10 -> 2.4, 2.4, 7.2 -> 2, 2, 7 -> clipped 2, 2, 6 (sum 10);
+    # the 2 short go to the smallest first: [3, 3, 6].
+    assert rescale_counts([1, 1, 10], 2, 6) == [3, 3, 6]
+    assert rescale_counts([4, 4], 1, 2) == [4, 4]  # equal counts: as they are (the code's early return)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(counts=st.lists(st.integers(1, 40), min_size=1, max_size=8), low=st.integers(1, 10), span=st.integers(0, 20))
+def test_rescale_counts_equals_the_code(counts, low, span):
+    assert rescale_counts(counts, low, low + span) == ref.rescale_sum_match(counts, low, low + span)
+
+
+def test_code_split_standardises_before_the_softmax():
+    # Scores of one layer scaled by 10 leave its z-scores, hence its budget, unchanged (not so for Eqs. 5-8).
+    a, b = t(0.1, 0.2, 0.9, 0.3), t(0.5, 0.4, 0.45, 0.41)
+    assert code_layer_budgets([a, b], 4, 1, 4) == code_layer_budgets([a * 10, b], 4, 1, 4)
+    assert layer_budgets([a, b], 4) != layer_budgets([a * 10, b], 4)
+    torch.testing.assert_close(standardise(t(1.0, 2.0, 3.0)), torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
+
+
+def test_code_split_equals_the_reference():
+    """Random layers of 0 or 3-10 candidates (z-scores of 1 or 2 candidates are constant: ties between
+    layers, which the threshold reference cannot place), totals where a threshold exists."""
+    g = torch.Generator().manual_seed(3)
+    for _ in range(150):
+        n_layers = int(torch.randint(1, 7, (1,), generator=g))
+        counts = [0 if int(torch.randint(0, 4, (1,), generator=g)) == 0 else int(torch.randint(3, 11, (1,), generator=g)) for _ in range(n_layers)]
+        layers = [torch.rand(n, generator=g) * 2 - 1 for n in counts]
+        if not sum(counts):
+            continue
+        total = int(torch.randint(sum(n > 0 for n in counts), sum(counts) + 1, (1,), generator=g))
+        low, high = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(4, 9, (1,), generator=g))
+        got = select_kv(layers, total, (low, high))
+        assert [x.tolist() for x in got] == ref.selectkv_code([s.tolist() for s in layers], total, low, high), (layers, total)

@@ -17,7 +17,6 @@ follow that declaration, and each policy class registers itself under that name
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,9 +26,8 @@ from videokv_node.config_base import ConfigError, check_choice, check_fraction, 
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
 REKV_QUERIES = ("prompt", "question")
 REKV_SELECTIONS = ("layer", "shared")
-SIMILARITIES = ("tokens", "mean")
-HERMES_PSEUDO_MODES = ("probe", "live")
-HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
+SIMILARITIES, SPLITS = ("tokens", "mean"), ("softmax", "code")
+HERMES_PSEUDO_MODES, HERMES_SCHEDULE_ENDS = ("probe", "live"), ("last_middle", "first_deep")
 HERMES_BUDGET_RULES, HERMES_RECENCY = ("hard_cap", "script"), ("frame", "token")
 HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
@@ -111,12 +109,14 @@ class StreamKVConfig:
     summary_frames: bool = param(True, "StreamKV: a summary frame (segment mean) per segment, never compressed (paper: on)")
     compression_ratio: float = param(0.6, "StreamKV theta: share of a segment's frame blocks dropped per layer, in [0, 1) (paper: 0.6)", fraction=True)
     retrieve_frames: int = param(8, "StreamKV N_r: frame blocks retrieved per layer on average (paper: 8)")  # N = N_r x L over all layers
+    split: str = param("softmax", "StreamKV: the layer budgets, softmax (Eqs. 5-8 as printed, exactly N) or code (StreamKV's code: scores standardised per layer, counts rescaled into [1-t, 1+t] x their mean, t = 0.75 compressing, 0.25 retrieving)", choices=SPLITS)
     guidance_prompt: str = param(STREAMKV_GUIDANCE, "StreamKV: guidance prompt scoring blocks for compression (paper: its key semantic elements)")
 
     def __post_init__(self) -> None:
         p = "memory.streamkv"
         check_fraction(p, "similarity_threshold", self.similarity_threshold)
-        check_choice(f"{p}.similarity", self.similarity, SIMILARITIES)
+        for name, choices in (("similarity", SIMILARITIES), ("split", SPLITS)):
+            check_choice(f"{p}.{name}", getattr(self, name), choices)
         if self.min_segment_frames < 1 or self.max_segment_frames < self.min_segment_frames:
             raise ConfigError(f"{p}: need 1 <= min_segment_frames <= max_segment_frames")
         if not (isinstance(self.max_segment_s, (int, float)) and 0.0 <= self.max_segment_s < float("inf")):

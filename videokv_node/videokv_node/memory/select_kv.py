@@ -131,7 +131,67 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     return [b + e for b, e in zip(budgets, extra)]
 
 
-def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
+# StreamKV's code (soulpower/StreamKV, eval.sh): the temperatures of its count rescaling.
+CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP = 0.75, 0.25
+
+
+def code_bounds(mean: float, temp: float, most: float, integer: bool) -> tuple[float, float]:
+    """[low, high] of StreamKV's code's count rescaling: (1 -/+ temp) x the mean count, at least 1 and at most
+    ``most``; compression truncates them to ints (``int(...)``), retrieval keeps floats, as the code does."""
+    low, high = mean * (1 - temp), mean * (1 + temp)
+    if integer:
+        low, high = int(low), int(high)
+    return max(low, 1), min(high, most)
+
+
+def standardise(s: torch.Tensor) -> torch.Tensor:
+    """(n,) -> (n,) float64 z-scores (unbiased std, as ``torch.std``), StreamKV's code before its softmax.
+    Fewer than 2 candidates or no spread give zeros (the code would give NaN): no preference."""
+    s = s.detach().reshape(-1).to(device="cpu", dtype=torch.float64)
+    if s.numel() < 2 or float(s.std()) == 0.0:
+        return torch.zeros_like(s)
+    return (s - s.mean()) / s.std()
+
+
+def rescale_counts(counts: Sequence[int], low: float, high: float) -> list[int]:
+    """StreamKV's code's ``rescale_sum_match``: counts mapped linearly onto [low, high] (min to low, max to
+    high), scaled back to their sum, rounded half to even, clipped to [low, high]; then the rounding
+    difference handed out one at a time in a single pass, to the smallest counts first when short, the
+    largest first when over (ties: the earlier layer; the code's argsort leaves them unspecified). A single
+    pass, as the code: the sum may stay off when the range is too narrow. Equal counts are returned as is."""
+    total, lo, hi = sum(counts), min(counts), max(counts)
+    if lo == hi:
+        return list(counts)
+    scaled = [(c - lo) / (hi - lo) * (high - low) + low for c in counts]
+    ratio = total / sum(scaled)
+    mapped = [min(high, max(low, round(x * ratio))) for x in scaled]
+    diff = int(round(total - sum(mapped)))
+    for i in sorted(range(len(mapped)), key=lambda i: mapped[i] if diff > 0 else -mapped[i]):
+        if diff == 0:
+            break
+        if (diff > 0 and mapped[i] < high) or (diff < 0 and mapped[i] > low):
+            mapped[i] += 1 if diff > 0 else -1
+            diff += -1 if diff > 0 else 1
+    return [int(m) for m in mapped]
+
+
+def code_layer_budgets(scores: Sequence[torch.Tensor], total: int, low: float, high: float) -> list[int]:
+    """K_l as StreamKV's code splits ``total`` (``obtain_cdf_num`` then ``rescale_sum_match``): each layer's
+    scores standardised before Eq. (6)'s softmax, the threshold of Eq. (7) solved exactly (the code's
+    bisection stops within 5 of ``total``), the counts rescaled into [low, high], at least 1 and at most
+    what each layer holds (0 for an empty one). The sum is ``total`` only where the rescaling allows."""
+    counts = [int(s.numel()) for s in scores]
+    nonempty = [layer for layer, n in enumerate(counts) if n > 0]
+    budgets = layer_budgets([standardise(s) for s in scores], total)
+    if not nonempty:
+        return budgets
+    rescaled = rescale_counts([budgets[layer] for layer in nonempty], low, high)
+    for layer, k in zip(nonempty, rescaled):
+        budgets[layer] = max(1, min(counts[layer], k))
+    return budgets
+
+
+def select_kv(scores: Sequence[torch.Tensor], total: int, bounds: tuple[float, float] | None = None) -> list[torch.Tensor]:
     """SelectKV (Eq. 8) on precomputed similarities: per layer, the indices of its K_l best candidates.
 
     scores[l]: (n_l,). Returns, per layer, an int64 (K_l,) tensor of candidate
@@ -139,9 +199,11 @@ def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
     kept blocks as they were encoded), with ``K_l`` from ``layer_budgets``.
     Equal scores at the cut go to the later index, i.e. the newer candidate,
     for determinism (the same rule as ``retrieval_cache.top_k_blocks``).
+    ``bounds`` (low, high): split as StreamKV's code does (``code_layer_budgets``) instead.
     """
     out = []
-    for s, k in zip(scores, layer_budgets(scores, total)):
+    budgets = layer_budgets(scores, total) if bounds is None else code_layer_budgets(scores, total, *bounds)
+    for s, k in zip(scores, budgets):
         s = s.detach().reshape(-1)  # (n_l,)
         # The k best, newest first among equals at the cut (a stable sort of the reversed scores, exactly).
         out.append(top_k_newest(s, k).to(device="cpu", dtype=torch.int64))
