@@ -114,11 +114,9 @@ class HermesPolicy(MemoryPolicy):
         per_layer = budget_tokens - (0 if self.script else sink_tokens)
         headroom = 0 if self.script else (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
         if per_layer - 1 - headroom < self.adapter.tokens_per_frame:
-            raise ConfigError(
-                f"memory.budget_tokens ({budget_tokens}) leaves {per_layer} tokens per layer after the prompt "
-                f"sink: hermes needs room for one frame kept plus a chunk of memory.hermes.chunk_frames "
-                f"({self.cfg.chunk_frames}) frames of {self.adapter.tokens_per_frame} tokens; raise the budget or lower chunk_frames"
-            )
+            need = "one frame" if self.script else f"one frame plus a chunk of memory.hermes.chunk_frames ({self.cfg.chunk_frames}) frames"
+            raise ConfigError(f"memory.budget_tokens ({budget_tokens}) leaves {per_layer} tokens per layer (budget_rule {self.cfg.budget_rule}): "
+                              f"hermes needs room for {need} of {self.adapter.tokens_per_frame} tokens; raise the budget or lower chunk_frames")
 
     def _layer_budget(self, budget_tokens: int) -> int:
         """Tokens a layer keeps after a compression: the script's kv_size, or ours less the sink."""
