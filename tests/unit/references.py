@@ -34,6 +34,16 @@ def probe_queries(adapter, text: str) -> torch.Tensor:
     return torch.stack([q.view(n, geo.n_q_heads, geo.head_dim) for q in seen]).double()  # (L, n, H_q, D)
 
 
+def rope_rotate(k: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """RoPE keys (..., T, D) moved by ``delta`` (T,) positions: the pairs (j, j + D/2) as complex numbers
+    times exp(i delta f_j), the rotate-half convention of Llama/Qwen2, in float64 (not ``models/rope.py``)."""
+    half = k.shape[-1] // 2
+    z = torch.complex(k[..., :half].double(), k[..., half:].double())  # (..., T, D/2)
+    turn = torch.polar(torch.ones(delta.numel(), half, dtype=torch.float64), delta.double().reshape(-1, 1) * inv_freq.double()[None, :])
+    out = z * turn  # (..., T, D/2)
+    return torch.cat([out.real, out.imag], dim=-1)  # (..., T, D)
+
+
 def mean_query(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     """One layer's (n, H_q, D) queries -> (H_kv * D,): mean over tokens, then over each GQA group."""
     n, h_q, d = queries.shape

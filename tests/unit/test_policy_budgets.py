@@ -299,7 +299,8 @@ def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
     # Every kept block's representative is the mean of its kept last-layer pre-RoPE keys.
     b = by["frame"][3]
     kv = b.layers[-1]
-    pre = tiny_adapter.rotate_keys(kv.keys, -b.positions[:, kv.index]).float()  # (H, t, D)
+    inv_freq = tiny_adapter.model.model.language_model.rotary_emb.inv_freq
+    pre = ref.rope_rotate(kv.keys, -b.positions[0, kv.index], inv_freq).float()  # (H, t, D)
     torch.testing.assert_close(b.rep, pre.transpose(0, 1).reshape(kv.n_tokens, -1).mean(0), rtol=0, atol=1e-5)
 
 
@@ -369,7 +370,8 @@ def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tin
             break
     held, next_pos = captured["held"], captured["next_pos"]
     # Keys where a question would see them (lazy: their logical positions), after the sink.
-    keys = torch.cat([tiny_adapter.rotate_keys(kv.keys, kv.logical - b.positions[:, kv.index]) for b, kv in held], dim=1)
+    inv_freq = tiny_adapter.model.model.language_model.rotary_emb.inv_freq
+    keys = torch.cat([ref.rope_rotate(kv.keys, (kv.logical - b.positions[:, kv.index])[0], inv_freq) for b, kv in held], dim=1)
     keys = torch.cat([e.sink.keys[deep], keys], dim=1).float()  # (H_kv, S + N, D)
     # The probe's queries, read here from the model's own q_proj in one plain pass over [prompt, pseudo query].
     lm = tiny_adapter.model.model.language_model
@@ -382,7 +384,7 @@ def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tin
     finally:
         hook.remove()
     q = got["q"][len(tiny_adapter.prefix_ids()) :].view(-1, geo.n_q_heads, geo.head_dim)  # (n, H_q, D) pre-RoPE
-    q = tiny_adapter.rotate_keys(q.transpose(0, 1), tiny_adapter.text_positions(next_pos, q.shape[0])).float()  # (H_q, n, D)
+    q = ref.rope_rotate(q.transpose(0, 1), torch.arange(next_pos, next_pos + q.shape[0]), inv_freq).float()  # (H_q, n, D)
     k = keys.repeat_interleave(geo.n_q_heads // geo.n_kv_heads, dim=0)
     attn = torch.softmax(q @ k.transpose(1, 2) / geo.head_dim**0.5, dim=-1).mean(dim=(0, 1))[e.sink.n_tokens :]
     ids = [(b.block_id, int(i)) for b, kv in held for i in kv.index]

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.references import rope_rotate as rotate_keys  # a RoPE reference written in the tests
 from videokv_node.memory.scoring import hermes
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True)
@@ -226,19 +227,6 @@ def test_summary_token_with_nothing_to_fold():
     assert hermes.summary_token(empty, empty, torch.zeros(0, dtype=torch.int64), 5, _identity, prev) is prev
     with pytest.raises(ValueError):
         hermes.summary_token(empty, empty, torch.zeros(0, dtype=torch.int64), 5, _identity)
-
-
-def rotate_keys(k: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """Reference RoPE rotation, written here: the pairs (j, j + D/2) as complex numbers times exp(i delta f_j).
-
-    k: (..., T, D) float64; delta: (T,) positions to move by; inv_freq: (D/2,) f_j. The rotate-half
-    convention of transformers' Llama/Qwen2 RoPE, computed independently of ``models/rope.py``.
-    """
-    half = k.shape[-1] // 2
-    z = torch.complex(k[..., :half].double(), k[..., half:].double())  # (..., T, D/2)
-    turn = torch.polar(torch.ones(delta.numel(), half, dtype=torch.float64), delta.double()[:, None] * inv_freq.double()[None, :])  # (T, D/2)
-    out = z * turn
-    return torch.cat([out.real, out.imag], dim=-1)  # (..., T, D)
 
 
 def test_reference_rotation_hand_computed():

@@ -147,7 +147,7 @@ class HermesConfig:
     smoothing_shallow: float = param(0.1, "HERMES: cross-layer smoothing lambda in shallow layers (HERMES' public script: 0.1)", fraction=True)
     smoothing_middle: float = param(0.3, "HERMES: cross-layer smoothing lambda in middle layers (HERMES' public script: 0.3)", fraction=True)
     smoothing_deep: float = param(0.4, "HERMES: cross-layer smoothing lambda in deep layers (HERMES' public script: 0.4)", fraction=True)
-    chunk_frames: int = param(16, "HERMES: frames between compressions; each compression leaves room for the next chunk (paper: 16)")
+    chunk_frames: int = param(16, "HERMES: frames in a chunk, at most one compression per chunk; hard_cap leaves room for the next chunk, script lets it go above the budget (paper: 16)")
     summary_token: bool = param(True, "HERMES: pruned deep-layer tokens folded into one summary token per layer (paper: on)")
     reindex: str = param("lazy", "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)", choices=HERMES_REINDEX)
     reindex_at: float = param(0.9, "HERMES lazy re-indexing: when positions pass this share of the model's maximum, in (0, 1] (ours: 0.9)", fraction=True)
