@@ -199,7 +199,7 @@ class HermesPolicy(MemoryPolicy):
         if self._restored_summary is not None:
             self.summary = next(b for b in store.blocks() if b.block_id == self._restored_summary)
             self._restored_summary = None
-        self._enforce_layer_budget(store)
+        self._enforce_layer_budget(store, not self.script or self._frames % self.cfg.chunk_frames == 0)  # as the stream would
 
     # --- placement ------------------------------------------------------------
     def layout(self, sink_len, per_layer):
