@@ -15,6 +15,10 @@ What the paper prescribes, and where it lives here:
 - Retrieval: SelectKV over every block of the bank (compressed frames and
   summaries) against the question vector, N = N_r x L (Eq. 11); retrieved tokens
   are placed consecutively (the engine's default layout).
+- The layer split (``split``): robot, Eqs. 5-8 as printed (exactly N); paper,
+  StreamKV's code (scores standardised per layer, counts rescaled into
+  (1 -/+ 0.75) x the mean compressing, (1 -/+ 0.25) x N_r retrieving, so N is
+  kept only approximately; ``select_kv.code_layer_budgets``, docs/POLICIES.md).
 
 Choices where the paper is not specific, ours:
 - Frame embeddings f_t for segmentation are the projected visual tokens the
