@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.cache_utils import DynamicCache
 
+from tests.unit import references as ref
 from tests.unit.helpers import scene
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.block import Tier
@@ -223,15 +224,20 @@ def test_time_window_cites_only_frames_inside_it(tiny_adapter, name):
     assert stamps and all(since <= s <= until for s in stamps)
 
 
-def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
+@pytest.mark.parametrize("split", ["softmax", "code"])
+def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter, split):
     """Compression against the guidance prompt and retrieval against the question are SelectKV over
-    cosine scores of each block's representative key (Eqs. 9 and 11), recomputed here from the blocks."""
-    from videokv_node.memory.policies.streamkv import criterion
-    from videokv_node.memory.select_kv import cosine_scores, select_kv
-
-    L = tiny_adapter.geometry.n_layers
+    cosine scores of each block's representative key (Eqs. 9 and 11), recomputed here from the blocks
+    with the references of tests/unit/references.py (the queries from a plain forward's q_proj); split
+    code (paper preset): z-scores and the code's count rescaling, within (1 -/+ 0.75) x the mean kept
+    count compressing, (1 -/+ 0.25) x N_r retrieving."""
+    L, H_kv = tiny_adapter.geometry.n_layers, tiny_adapter.geometry.n_kv_heads
     e = engine(tiny_adapter, "streamkv", 60, 2, 40,
-               streamkv=StreamKVConfig(compression_ratio=0.5, min_segment_frames=4, max_segment_frames=8, retrieve_frames=3))
+               streamkv=StreamKVConfig(compression_ratio=0.5, min_segment_frames=4, max_segment_frames=8, retrieve_frames=3, split=split))
+
+    def pick(scores, total, low, high):
+        return ref.selectkv(scores, total) if split == "softmax" else ref.selectkv_code(scores, total, low, high)
+
     seen: dict[int, list] = {}
     for f in scene(30, seed=9, scene_len=6):
         for b in e.ingest([f]):
@@ -244,31 +250,32 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter):
         else:
             current.append(b)
     assert len(segments) >= 3
-    guidance = e.policy.guidance
+    probe = ref.probe_queries(tiny_adapter, e.policy.cfg.guidance_prompt)  # (L, n, H_q, D)
+    guidance = [ref.mean_query(probe[l], H_kv) for l in range(L)]
     for frames_ in segments:
-        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])
-        keep = select_kv([cosine_scores(reps[:, l], guidance[l]) for l in range(L)], math.ceil(0.5 * len(frames_)) * L)
+        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])  # (T_i, L, H_kv * D)
+        m = 0.5 * len(frames_)
+        keep = pick([ref.cosine(reps[:, l], guidance[l]) for l in range(L)], math.ceil(m) * L, max(1, int(m * 0.25)), min(len(frames_), int(m * 1.75)))
         for l in range(L):
-            assert [i for i, b in enumerate(frames_) if b.layers[l] is not None] == keep[l].tolist()
+            assert [i for i, b in enumerate(frames_) if b.layers[l] is not None] == keep[l]
 
     question = "where is the red box?"
     e.ask(Question(question, max_new_tokens=1))
-    query = criterion(e.probe(question), tiny_adapter.geometry.n_kv_heads)
+    probe = ref.probe_queries(tiny_adapter, question)
+    query = [ref.mean_query(probe[l], H_kv) for l in range(L)]
     candidates = e.candidates(Question(question))
     pending = {b for ids in e.last_layer_blocks for b in ids} - {b.block_id for b in candidates}
     ranges = [[b for b in candidates if b.layers[l] is not None] for l in range(L)]
-    picked = select_kv([cosine_scores(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L)
+    picked = pick([ref.cosine(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L, 2.25, 3.75)
     for l in range(L):
-        expected = sorted([ranges[l][i].block_id for i in picked[l].tolist()])
+        expected = sorted([ranges[l][i].block_id for i in picked[l]])
         assert sorted(i for i in e.last_layer_blocks[l] if i not in pending) == expected
 
 
 def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
     """Stage 1 (top 2k by cosine per granularity) and stage 2 (rerank against the top segments'
-    centroid), recomputed from the blocks' representatives and the question's probe."""
-    from videokv_node.memory.scoring.mukv import semi_hierarchical_rerank
-    from videokv_node.memory.select_kv import cosine_scores
-
+    centroid), recomputed from the blocks' representatives and the question's queries read from a
+    plain forward's last-layer q_proj (tests/unit/references.py)."""
     geo = tiny_adapter.geometry
     # Strong rerank weights, so that stage 2 changes stage 1's order and the check has teeth.
     cfg = MuKVConfig(retrieve_patch=3, retrieve_frame=2, retrieve_segment=2, rerank_patch=0.9, rerank_frame=0.9)
@@ -277,20 +284,23 @@ def test_mukv_retrieves_exactly_the_semi_hierarchical_rerank(tiny_adapter):
         e.ingest([f])
     question = "what happened first?"
     e.ask(Question(question, max_new_tokens=1))
-    q = e.probe(question)[-1].float().mean(0).view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)
+    q = ref.mean_query(ref.probe_queries(tiny_adapter, question)[-1], geo.n_kv_heads)  # (H_kv * D,)
     by = {g: [b for b in e.store.blocks() if b.stream == g] for g in ("patch", "frame", "segment")}
-    scores = {g: cosine_scores(torch.stack([b.rep for b in bs]), q) for g, bs in by.items()}
     reps = {g: torch.stack([b.rep for b in bs]) for g, bs in by.items()}
-    picked = semi_hierarchical_rerank(
+    scores = {g: ref.cosine(reps[g], q) for g in by}
+    picked = ref.mukv_rerank(
         scores, reps, {g: getattr(cfg, f"retrieve_{g}") for g in by}, {g: getattr(cfg, f"rerank_{g}") for g in by},
         top_segments=cfg.top_segments, over=cfg.over_retrieval,
     )
+    assert any(picked[g] != sorted(sorted(range(len(scores[g])), key=lambda j: -scores[g][j])[: getattr(cfg, f"retrieve_{g}")])
+               for g in ("patch", "frame"))  # the rerank changed something: the check has teeth
     for g, bs in by.items():
-        assert sorted(e.policy.last_selection[g]) == sorted(bs[i].block_id for i in picked[g].tolist())
+        assert sorted(e.policy.last_selection[g]) == sorted(bs[i].block_id for i in picked[g])
     # Every kept block's representative is the mean of its kept last-layer pre-RoPE keys.
     b = by["frame"][3]
     kv = b.layers[-1]
-    pre = tiny_adapter.rotate_keys(kv.keys, -b.positions[:, kv.index]).float()  # (H, t, D)
+    inv_freq = tiny_adapter.model.model.language_model.rotary_emb.inv_freq
+    pre = ref.rope_rotate(kv.keys, -b.positions[0, kv.index], inv_freq).float()  # (H, t, D)
     torch.testing.assert_close(b.rep, pre.transpose(0, 1).reshape(kv.n_tokens, -1).mean(0), rtol=0, atol=1e-5)
 
 
@@ -360,7 +370,8 @@ def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tin
             break
     held, next_pos = captured["held"], captured["next_pos"]
     # Keys where a question would see them (lazy: their logical positions), after the sink.
-    keys = torch.cat([tiny_adapter.rotate_keys(kv.keys, kv.logical - b.positions[:, kv.index]) for b, kv in held], dim=1)
+    inv_freq = tiny_adapter.model.model.language_model.rotary_emb.inv_freq
+    keys = torch.cat([ref.rope_rotate(kv.keys, (kv.logical - b.positions[:, kv.index])[0], inv_freq) for b, kv in held], dim=1)
     keys = torch.cat([e.sink.keys[deep], keys], dim=1).float()  # (H_kv, S + N, D)
     # The probe's queries, read here from the model's own q_proj in one plain pass over [prompt, pseudo query].
     lm = tiny_adapter.model.model.language_model
@@ -373,7 +384,7 @@ def test_hermes_deep_layer_keeps_the_tokens_the_pseudo_query_attends_to_most(tin
     finally:
         hook.remove()
     q = got["q"][len(tiny_adapter.prefix_ids()) :].view(-1, geo.n_q_heads, geo.head_dim)  # (n, H_q, D) pre-RoPE
-    q = tiny_adapter.rotate_keys(q.transpose(0, 1), tiny_adapter.text_positions(next_pos, q.shape[0])).float()  # (H_q, n, D)
+    q = ref.rope_rotate(q.transpose(0, 1), torch.arange(next_pos, next_pos + q.shape[0]), inv_freq).float()  # (H_q, n, D)
     k = keys.repeat_interleave(geo.n_q_heads // geo.n_kv_heads, dim=0)
     attn = torch.softmax(q @ k.transpose(1, 2) / geo.head_dim**0.5, dim=-1).mean(dim=(0, 1))[e.sink.n_tokens :]
     ids = [(b.block_id, int(i)) for b, kv in held for i in kv.index]

@@ -183,17 +183,21 @@ def _rotate(lm, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "roles_cfg",
-    [dict(omega0=0.6), dict(schedule_end="last_middle"), dict(shallow_ratio=0.5, deep_ratio=0.5)],
-    ids=["middle+deep", "lone-middle", "shallow+deep"],
+    [dict(omega0=0.6), dict(schedule_end="last_middle"), dict(shallow_ratio=0.5, deep_ratio=0.5),
+     dict(shallow_ratio=0.5, deep_ratio=0.5, recency="frame", budget_rule="hard_cap")],
+    ids=["middle+deep", "lone-middle", "shallow+deep", "shallow+deep-robot-rules"],
 )
 def test_hermes_paper_keeps_what_the_live_pseudo_queries_score(tiny_adapter64, roles_cfg):
     """One compression of the paper preset recomputed from scratch: the global (deep) and "local;
     global" (middle) queries' attention from transformers' eager forward over the live cache, the
     forgetting curve, sum-normalisation, the omega mix, smoothing towards the next layer by token,
-    top-k per layer, and the deep layer's pruned tokens folded into the summary token."""
+    top-k per layer, and the deep layer's pruned tokens folded into the summary token. The script's
+    rules (paper): kv_size = budget_tokens video tokens kept, the sink not counted, and token j of the
+    layer's N scored exp(-k (N-1-j) / (N-1)); the robot's: the sink counted, a frame's age over the oldest."""
     a = tiny_adapter64
     T, S = a.tokens_per_frame, len(a.prefix_ids())
-    cfg = preset_memory_config("paper", "hermes", budget_tokens=S + 3 * T + 2, local_window_tokens=T, page_tokens=1,
+    script = roles_cfg.get("budget_rule", "script") == "script"
+    cfg = preset_memory_config("paper", "hermes", budget_tokens=(0 if script else S) + 3 * T + 2, local_window_tokens=T, page_tokens=1,
                                **{"hermes.chunk_frames": 1, **{f"hermes.{k}": v for k, v in roles_cfg.items()}})
     h = cfg.hermes
     e = VideoMemoryEngine(a, cfg, GenerationConfig())
@@ -207,7 +211,10 @@ def test_hermes_paper_keeps_what_the_live_pseudo_queries_score(tiny_adapter64, r
     glob, n_g = eager_attentions(a, frames, h.global_query)
     mixed, n_m = eager_attentions(a, frames, f"{h.local_query}; {h.global_query}")
     N = 4 * T
-    ages = torch.tensor([3 - t // T for t in range(N)], dtype=torch.float64)  # frame 0 oldest
+    if h.recency == "token":  # HERMES' script: (N - 1 - j) / (N - 1), each token's place from the newest
+        ages, oldest = torch.tensor([N - 1 - t for t in range(N)], dtype=torch.float64), N - 1
+    else:  # robot: frames since the token's frame over the oldest frame's age (frame 0 oldest)
+        ages, oldest = torch.tensor([3 - t // T for t in range(N)], dtype=torch.float64), 3
 
     def norm(x):
         return x / x.sum()
@@ -220,7 +227,7 @@ def test_hermes_paper_keeps_what_the_live_pseudo_queries_score(tiny_adapter64, r
     for l, role in enumerate(roles):
         progress = (0.5 if end == first_middle else (l - first_middle) / (end - first_middle)) if role == "middle" else 0.0
         rate = h.recency_rate + (h.recency_rate_deep - h.recency_rate) * progress if role == "middle" else h.recency_rate
-        rec = torch.exp(-rate * ages / 3)
+        rec = torch.exp(-rate * ages / oldest)
         if role == "shallow":
             raw.append(norm(rec))
             continue
@@ -266,7 +273,7 @@ def test_live_pseudo_queries_differ_from_the_prompt_only_probe(tiny_adapter64):
     """The live queries see the frames: their attention is not what one probe over the prompt alone gives."""
     a = tiny_adapter64
     T, S = a.tokens_per_frame, len(a.prefix_ids())
-    base = dict(budget_tokens=S + 3 * T + 2, local_window_tokens=T, page_tokens=1)
+    base = dict(budget_tokens=3 * T + 2, local_window_tokens=T, page_tokens=1)  # the script's kv_size: the sink not counted
     kept = {}
     for mode in ("probe", "live"):
         cfg = preset_memory_config("paper", "hermes", **base, **{"hermes.chunk_frames": 1, "hermes.pseudo_queries": mode,
@@ -285,7 +292,7 @@ def test_every_paper_preset_runs_on_both_model_families(tiny_adapter, tiny_qwen,
     """The paper values hold on the tiny LLaVA-OV and Qwen2.5-VL (mRoPE); HERMES compresses with live queries."""
     for a in (tiny_adapter, tiny_qwen):
         T, S = a.tokens_per_frame, len(a.prefix_ids())
-        explicit = {"budget_tokens": S + 4 * T + 2, "local_window_tokens": T, "hermes.chunk_frames": 1} if policy == "hermes" else {}
+        explicit = {"budget_tokens": 4 * T + 2, "local_window_tokens": T, "hermes.chunk_frames": 1} if policy == "hermes" else {}
         e = VideoMemoryEngine(a, preset_memory_config("paper", policy, **explicit), GenerationConfig(max_new_tokens=2))
         for f in scene(6, seed=1):
             e.ingest([f])
@@ -293,3 +300,26 @@ def test_every_paper_preset_runs_on_both_model_families(tiny_adapter, tiny_qwen,
         assert answer.evidence
         if policy == "hermes":
             assert e.policy.compressions >= 1
+
+
+def test_hermes_script_budget_rule_keeps_kv_size_at_each_chunk_end(tiny_adapter64):
+    """HERMES' script (paper preset): a layer may grow past kv_size (= budget_tokens video tokens, the
+    sink not counted) within a chunk; at a chunk's end, once a layer is over it, every layer is cut back
+    to exactly kv_size (deep: kv_size - 1 and the summary token). Never above kv_size + one chunk."""
+    a = tiny_adapter64
+    T = a.tokens_per_frame
+    kv_size, chunk = 3 * T + 2, 2
+    cfg = preset_memory_config("paper", "hermes", budget_tokens=kv_size, local_window_tokens=T, page_tokens=1,
+                               **{"hermes.chunk_frames": chunk, "hermes.pseudo_queries": "probe"})
+    assert (cfg.hermes.budget_rule, cfg.hermes.recency) == ("script", "token")
+    e = VideoMemoryEngine(a, cfg, GenerationConfig())
+    roles, compressions = e.policy.roles, []
+    for n, f in enumerate(scene(9, seed=5), start=1):
+        e.ingest([f])
+        held = [sum(b.layer_tokens(l) for b in e.store.blocks() if b.kind != "summary") for l in range(len(roles))]
+        assert max(held) <= kv_size + chunk * T
+        if e.policy.compressions > len(compressions):
+            compressions.append(n)
+            assert held == [kv_size - (1 if r == "deep" else 0) for r in roles]
+    # Frames 1-4 hold 4 T > kv_size at frame 4 (a chunk's end): compressions there and every chunk after.
+    assert compressions == [4, 6, 8]

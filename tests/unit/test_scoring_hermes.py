@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.references import rope_rotate as rotate_keys  # a RoPE reference written in the tests
 from videokv_node.memory.scoring import hermes
-from videokv_node.models.rope import rotate_keys
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True)
 
@@ -227,6 +227,13 @@ def test_summary_token_with_nothing_to_fold():
     assert hermes.summary_token(empty, empty, torch.zeros(0, dtype=torch.int64), 5, _identity, prev) is prev
     with pytest.raises(ValueError):
         hermes.summary_token(empty, empty, torch.zeros(0, dtype=torch.int64), 5, _identity)
+
+
+def test_reference_rotation_hand_computed():
+    # One pair (x, y) = (1, 0), f = pi/2: a move of 1 turns it a quarter, to (0, 1); of 2, to (-1, 0).
+    k = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)  # (T=2, D=2)
+    got = rotate_keys(k, torch.tensor([1, 2]), torch.tensor([math.pi / 2], dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64), rtol=0, atol=1e-12)
 
 
 def _random_inv_freq(d: int, seed: int) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """StreamKV's layer-adaptive SelectKV: exact budgets on hand-made scores, against two references.
 
-References: a brute force that tries every distinct threshold p (each cumulative
-sum and each midpoint between neighbours) and applies Eq. (7) by its
-definition, with its own softmax in Python floats; and Algorithm 1 itself
-(``binary_search_threshold``). Inputs are random cosine-like scores in [-1, 1],
+References, both written here in Python floats, independent of ``select_kv.py``: a brute
+force that tries every distinct threshold p (each cumulative sum and each midpoint between
+neighbours) and applies Eq. (7) by its definition, with its own softmax; and Algorithm 1
+of the paper, the binary search on p, literally (``algorithm1``). Inputs are random cosine-like scores in [-1, 1],
 where ties between cumulative sums have probability zero; ties get their own
 tests, with the documented rule.
 """
@@ -18,13 +18,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit import references as ref
 from videokv_node.memory.select_kv import (
-    binary_search_threshold,
-    budgets_at_threshold,
+    code_layer_budgets,
     cosine_scores,
     cumulative_scores,
     layer_budgets,
+    rescale_counts,
     select_kv,
+    standardise,
 )
 
 PEAKED = torch.tensor([1.0, -1.0, -1.0, -1.0])  # C = 0.711, 0.807, 0.904, 1
@@ -108,7 +110,7 @@ def test_equal_cumulative_sums_go_to_the_earlier_layer(total, expected):
     layers = [t(0.1, 0.1, 0.1), t(0.1, 0.1, 0.1)]
     assert layer_budgets(layers, total) == expected
     # Algorithm 1 has no answer exactly where the tie straddles the cut.
-    assert (binary_search_threshold(layers, total) is None) == (total in (3, 5))
+    assert (algorithm1(layers, total) is None) == (total in (3, 5))
 
 
 def test_negative_total_raises():
@@ -167,17 +169,46 @@ def test_matches_brute_force_threshold():
         assert layer_budgets(layers, total) == reference_budgets(layers, total), (layers, total)
 
 
+def k_at_threshold(cums: list[list[float]], p: float) -> list[int]:
+    """Eq. (7): K_l^p = min{k : C_l(k) >= p}; all n_l if rounding leaves C_l(n_l) below p; 0 if empty."""
+    return [next((k for k, v in enumerate(c, start=1) if v >= p), len(c)) for c in cums]
+
+
+def algorithm1(scores: list[torch.Tensor], total: int, eps: float = 1e-9) -> float | None:
+    """Algorithm 1 of the paper, literally: bisect p in [0, 1] until sum_l K_l^p == total; None if the
+    search ends without delta == 0 (total outside [L', sum n_l], or equal sums straddling the cut)."""
+    cums = reference_cumsums(scores)
+    p1, p2 = 0.0, 1.0
+    while p2 - p1 > eps:
+        p = (p1 + p2) / 2
+        delta = sum(k_at_threshold(cums, p)) - total
+        if delta == 0:
+            return p
+        if delta < 0:
+            p1 = p
+        else:
+            p2 = p
+    return None
+
+
+def test_algorithm1_reference_hand_computed():
+    """PEAKED's C = 0.711, 0.807, 0.904, 1 and FLAT's 0.25, 0.5, 0.75, 1: p in (0.711, 0.75] gives [2, 3]."""
+    p = algorithm1([PEAKED, FLAT], 5)
+    assert p is not None and 0.711 < p <= 0.75
+    assert k_at_threshold(reference_cumsums([PEAKED, FLAT]), 0.72) == [2, 3]
+
+
 def test_matches_binary_search():
     for layers, total in random_cases(150, seed=2):
-        p = binary_search_threshold(layers, total)
+        p = algorithm1(layers, total)
         assert p is not None, (layers, total)  # without ties, Algorithm 1 always converges here
-        assert budgets_at_threshold(layers, p) == layer_budgets(layers, total)
+        assert k_at_threshold(reference_cumsums(layers), p) == layer_budgets(layers, total)
 
 
 def test_binary_search_fails_outside_its_range():
-    assert binary_search_threshold([PEAKED, FLAT], 9) is None  # more than there is
-    assert binary_search_threshold([PEAKED, FLAT], 1) is None  # below one per layer
-    assert binary_search_threshold([PEAKED, FLAT], 8) is not None
+    assert algorithm1([PEAKED, FLAT], 9) is None  # more than there is
+    assert algorithm1([PEAKED, FLAT], 1) is None  # below one per layer
+    assert algorithm1([PEAKED, FLAT], 8) is not None
 
 
 def test_cumulative_scores_end_at_one():
@@ -237,3 +268,43 @@ def test_select_kv_keeps_the_top_scores_in_time_order(layers, total):
         rest[idx] = False
         if k and bool(rest.any()):
             assert float(s[idx].min()) >= float(s[rest].max())
+
+
+# --- split code: StreamKV's code (standardised scores, rescaled counts) ---------------------------
+def test_rescale_counts_hand_computed():
+    # [2, 4, 6] onto [3, 5]: scaled 3, 4, 5 (sum 12 = the counts' sum), nothing to hand out.
+    assert rescale_counts([2, 4, 6], 3, 5) == [3, 4, 5]
+    # [1, 1, 10] onto [2, 6]: scaled 2, 2, 6, times 12/10 -> 2.4, 2.4, 7.2 -> 2, 2, 7 -> clipped 2, 2, 6 (sum 10);
+    # the 2 short go to the smallest first: [3, 3, 6].
+    assert rescale_counts([1, 1, 10], 2, 6) == [3, 3, 6]
+    assert rescale_counts([4, 4], 1, 2) == [4, 4]  # equal counts: as they are (the code's early return)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(counts=st.lists(st.integers(1, 40), min_size=1, max_size=8), low=st.integers(1, 10), span=st.integers(0, 20))
+def test_rescale_counts_equals_the_code(counts, low, span):
+    assert rescale_counts(counts, low, low + span) == ref.rescale_sum_match(counts, low, low + span)
+
+
+def test_code_split_standardises_before_the_softmax():
+    # Scores of one layer scaled by 10 leave its z-scores, hence its budget, unchanged (not so for Eqs. 5-8).
+    a, b = t(0.1, 0.2, 0.9, 0.3), t(0.5, 0.4, 0.45, 0.41)
+    assert code_layer_budgets([a, b], 4, 1, 4) == code_layer_budgets([a * 10, b], 4, 1, 4)
+    assert layer_budgets([a, b], 4) != layer_budgets([a * 10, b], 4)
+    torch.testing.assert_close(standardise(t(1.0, 2.0, 3.0)), torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
+
+
+def test_code_split_equals_the_reference():
+    """Random layers of 0 or 3-10 candidates (z-scores of 1 or 2 candidates are constant: ties between
+    layers, which the threshold reference cannot place), totals where a threshold exists."""
+    g = torch.Generator().manual_seed(3)
+    for _ in range(150):
+        n_layers = int(torch.randint(1, 7, (1,), generator=g))
+        counts = [0 if int(torch.randint(0, 4, (1,), generator=g)) == 0 else int(torch.randint(3, 11, (1,), generator=g)) for _ in range(n_layers)]
+        layers = [torch.rand(n, generator=g) * 2 - 1 for n in counts]
+        if not sum(counts):
+            continue
+        total = int(torch.randint(sum(n > 0 for n in counts), sum(counts) + 1, (1,), generator=g))
+        low, high = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(4, 9, (1,), generator=g))
+        got = select_kv(layers, total, (low, high))
+        assert [x.tolist() for x in got] == ref.selectkv_code([s.tolist() for s in layers], total, low, high), (layers, total)

@@ -447,3 +447,24 @@ def test_a_save_never_replaces_something_that_is_not_a_snapshot(tiny_adapter, tm
     with pytest.raises(SnapshotError, match="not a snapshot directory"):
         save_snapshot(a, tmp_path / "notes")
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+
+
+def test_hermes_script_rule_restored_mid_chunk_continues_like_the_original(tiny_adapter, tmp_path):
+    """HERMES' script budget rule (paper preset): restored in the middle of a chunk, the memory is not
+    compressed early (the stream would compress at the chunk's end) and continues bit for bit."""
+    T = tiny_adapter.tokens_per_frame
+    over = dict(budget_tokens=3 * T, hermes=HermesConfig(chunk_frames=3, budget_rule="script", recency="token", reindex_at=0.005))
+    frames = scene(14)
+    a = engine(tiny_adapter, "hermes", **over)
+    feed(a, frames[:8])  # compressions at frames 6 (and not yet at 9): 8 is mid-chunk, above kv_size
+    assert a.policy.compressions >= 1 and a.policy._frames % 3 != 0
+    save_snapshot(a, tmp_path / "snap")
+    b = engine(tiny_adapter, "hermes", **over)
+    load_snapshot(b, tmp_path / "snap")
+    assert b.policy.compressions == a.policy.compressions and memory_of(b) == memory_of(a)
+    assert answers(b) == answers(a)
+    feed(a, frames[8:])
+    feed(b, frames[8:])
+    assert memory_of(b) == memory_of(a)
+    assert_same_kv(a, b)
+    assert answers(b) == answers(a)

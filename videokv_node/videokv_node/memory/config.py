@@ -17,7 +17,6 @@ follow that declaration, and each policy class registers itself under that name
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,9 +26,9 @@ from videokv_node.config_base import ConfigError, check_choice, check_fraction, 
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
 REKV_QUERIES = ("prompt", "question")
 REKV_SELECTIONS = ("layer", "shared")
-SIMILARITIES = ("tokens", "mean")
-HERMES_PSEUDO_MODES = ("probe", "live")
-HERMES_SCHEDULE_ENDS = ("last_middle", "first_deep")
+SIMILARITIES, SPLITS = ("tokens", "mean"), ("softmax", "code")
+HERMES_PSEUDO_MODES, HERMES_SCHEDULE_ENDS = ("probe", "live"), ("last_middle", "first_deep")
+HERMES_BUDGET_RULES, HERMES_RECENCY = ("hard_cap", "script"), ("frame", "token")
 HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")
@@ -110,12 +109,14 @@ class StreamKVConfig:
     summary_frames: bool = param(True, "StreamKV: a summary frame (segment mean) per segment, never compressed (paper: on)")
     compression_ratio: float = param(0.6, "StreamKV theta: share of a segment's frame blocks dropped per layer, in [0, 1) (paper: 0.6)", fraction=True)
     retrieve_frames: int = param(8, "StreamKV N_r: frame blocks retrieved per layer on average (paper: 8)")  # N = N_r x L over all layers
+    split: str = param("softmax", "StreamKV: the layer budgets, softmax (Eqs. 5-8 as printed, exactly N) or code (StreamKV's code: scores standardised per layer, counts rescaled into [1-t, 1+t] x their mean, t = 0.75 compressing, 0.25 retrieving)", choices=SPLITS)
     guidance_prompt: str = param(STREAMKV_GUIDANCE, "StreamKV: guidance prompt scoring blocks for compression (paper: its key semantic elements)")
 
     def __post_init__(self) -> None:
         p = "memory.streamkv"
         check_fraction(p, "similarity_threshold", self.similarity_threshold)
-        check_choice(f"{p}.similarity", self.similarity, SIMILARITIES)
+        for name, choices in (("similarity", SIMILARITIES), ("split", SPLITS)):
+            check_choice(f"{p}.{name}", getattr(self, name), choices)
         if self.min_segment_frames < 1 or self.max_segment_frames < self.min_segment_frames:
             raise ConfigError(f"{p}: need 1 <= min_segment_frames <= max_segment_frames")
         if not (isinstance(self.max_segment_s, (int, float)) and 0.0 <= self.max_segment_s < float("inf")):
@@ -135,7 +136,9 @@ class HermesConfig:
 
     shallow_ratio: float = param(0.1, "HERMES: share of layers that are sensory memory (paper: 0.1)", fraction=True)  # paper: 10% shallow / 60% middle / 30% deep
     deep_ratio: float = param(0.3, "HERMES: share of layers that are long-term memory (paper: 0.3)", fraction=True)
-    recency_rate: float = param(20.0, "HERMES: forgetting curve exp(-rate * age / oldest age) (HERMES' public script: 20)")  # script: exp(-20 d / (N-1))
+    recency_rate: float = param(20.0, "HERMES: forgetting curve exp(-rate * age / oldest age), age as memory.hermes.recency measures it (HERMES' public script: 20)")
+    recency: str = param("frame", "HERMES: a token's age for the forgetting curve, frame (frames since its frame, robot, ours) or token (its place from the end of the layer's cache, HERMES' script: exp(-k (N-1-j) / (N-1)))", choices=HERMES_RECENCY)
+    budget_rule: str = param("hard_cap", "HERMES: hard_cap (robot, ours: budget_tokens per layer, prompt sink included, never exceeded; a compression leaves room for the next chunk) or script (HERMES' script: a compression at a chunk's end keeps budget_tokens video tokens per layer, the sink not counted, and the next chunk goes above it)", choices=HERMES_BUDGET_RULES)
     recency_rate_deep: float = param(20.0, "HERMES: the middle layers' forgetting rate moves linearly from recency_rate to this at the deep end (HERMES' script: 0.5; robot: 20, fixed)")
     omega0: float = param(1.0, "HERMES: middle-layer recency weight at the shallow boundary; omega is clamped to [0, 1] (ours: 1.0)", unbounded=True)
     omega_gamma: float = param(1.0, "HERMES: omega's decrease to the deep boundary, omega = omega0 - gamma * depth (ours: 1.0)", unbounded=True)  # script: 0.9
@@ -144,7 +147,7 @@ class HermesConfig:
     smoothing_shallow: float = param(0.1, "HERMES: cross-layer smoothing lambda in shallow layers (HERMES' public script: 0.1)", fraction=True)
     smoothing_middle: float = param(0.3, "HERMES: cross-layer smoothing lambda in middle layers (HERMES' public script: 0.3)", fraction=True)
     smoothing_deep: float = param(0.4, "HERMES: cross-layer smoothing lambda in deep layers (HERMES' public script: 0.4)", fraction=True)
-    chunk_frames: int = param(16, "HERMES: frames between compressions; each compression leaves room for the next chunk (paper: 16)")
+    chunk_frames: int = param(16, "HERMES: frames in a chunk, at most one compression per chunk; hard_cap leaves room for the next chunk, script lets it go above the budget (paper: 16)")
     summary_token: bool = param(True, "HERMES: pruned deep-layer tokens folded into one summary token per layer (paper: on)")
     reindex: str = param("lazy", "HERMES: position re-indexing, lazy (streaming, paper's choice) or eager (offline)", choices=HERMES_REINDEX)
     reindex_at: float = param(0.9, "HERMES lazy re-indexing: when positions pass this share of the model's maximum, in (0, 1] (ours: 0.9)", fraction=True)
@@ -161,8 +164,8 @@ class HermesConfig:
             raise ConfigError(f"{p}: shallow_ratio + deep_ratio must be <= 1")
         if self.recency_rate <= 0 or self.recency_rate_deep <= 0:
             raise ConfigError(f"{p}.recency_rate and recency_rate_deep must be > 0")
-        check_choice(f"{p}.schedule_end", self.schedule_end, HERMES_SCHEDULE_ENDS)
-        check_choice(f"{p}.pseudo_queries", self.pseudo_queries, HERMES_PSEUDO_MODES)
+        for name, choices in (("schedule_end", HERMES_SCHEDULE_ENDS), ("pseudo_queries", HERMES_PSEUDO_MODES), ("recency", HERMES_RECENCY), ("budget_rule", HERMES_BUDGET_RULES)):
+            check_choice(f"{p}.{name}", getattr(self, name), choices)
         if self.chunk_frames < 1:
             raise ConfigError(f"{p}.chunk_frames must be >= 1")
         for role in ("shallow", "middle", "deep"):

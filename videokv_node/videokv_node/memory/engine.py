@@ -97,7 +97,8 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         """Raise ConfigError unless ``memory.budget_tokens`` holds the prompt sink, the local window
         and one frame, and meets the policy's own rule (HERMES: a chunk); reads only, any thread."""
         need = self.sink.n_tokens + memory.local_window_tokens + self.adapter.tokens_per_frame
-        if memory.budget_tokens < need:
+        # What the store may hold per layer (HERMES' script rule: its budget + a chunk, the sink apart).
+        if self.policy.resident_tokens(memory.budget_tokens, self.sink.n_tokens) < need - self.sink.n_tokens:
             raise ConfigError(
                 f"memory.budget_tokens ({memory.budget_tokens}) must hold the prompt sink ({self.sink.n_tokens}), "
                 f"the local window ({memory.local_window_tokens}) and one frame ({self.adapter.tokens_per_frame}): >= {need}"
@@ -252,7 +253,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
     def _enforce_caps(self) -> None:
         """Demote or evict, as the policy chooses, until the resident budget holds."""
         pending = self.policy.pending_entries()  # StreamKV's cached open segment, counted in the budget
-        budget = (self.config.budget_tokens - self.sink.n_tokens) * self.adapter.geometry.n_layers - pending
+        budget = self.policy.resident_tokens(self.config.budget_tokens, self.sink.n_tokens) * self.adapter.geometry.n_layers - pending
         # Never for the pending cache's sake demote the encoding window: the next frames' KV would depend on the caps.
         window = {b.block_id for b in self.policy.encoding_context(self.store, EncodeJob([]))} if pending else set()
         while self.store.resident_entries > budget:

@@ -156,6 +156,11 @@ class MemoryPolicy(ABC):
         units = self.pending_units()
         return host.encode_units(EncodeJob(units)) if units else []
 
+    def resident_tokens(self, budget_tokens: int, sink_tokens: int) -> int:
+        """Tokens per layer the engine lets the store hold on the device: ``budget_tokens`` less the sink
+        (HERMES' ``script`` budget rule: its budget plus one chunk)."""
+        return budget_tokens - sink_tokens
+
     def pending_entries(self) -> int:
         """Resident (token, layer) entries the policy holds outside the store (StreamKV's cached open
         segment): counted in the resident budget and the stats. None by default."""

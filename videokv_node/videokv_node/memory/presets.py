@@ -9,8 +9,8 @@ Two presets:
 - ``paper``: each seed's own defaults and mechanisms, per policy (``PAPER`` below): ReKV's
   README (n_local 15000, retrieve_size 64, the question's own tokens as the retrieval query,
   init tokens plus the retrieved blocks at question time), StreamKV's experimental setup
-  (15K window, 8 frames, threshold 0.99 on the mean features), HERMES' script (4K tokens
-  per layer, the middle layers' forgetting rate 20 -> 0.5 and recency weight 1 -> 0.1 up to
+  (15K window, 8 frames, threshold 0.99 on the mean features), HERMES' script (4K video tokens
+  kept per layer at each chunk's end, recency by place in the cache, the middle layers' forgetting rate 20 -> 0.5 and recency weight 1 -> 0.1 up to
   the first deep layer, local/global/mixed pseudo-queries over the live cache), MuKV's and
   TGV-KV's main settings.
 
@@ -42,8 +42,9 @@ _REKV = {
     "rekv.rerank": 0,  # ReKV retrieves by the mean keys alone; it reads no frame before the question
 }
 # StreamKV (seed 000), "Experimental setup": 0.5 fps, local window 15K as ReKV, m = 4, M = 64,
-# threshold 0.99, 8 retrieved frames, 60% compression. The similarity of StreamKV's code
-# (mean features; Eq. 1 as printed compares the flattened features: see docs/POLICIES.md).
+# threshold 0.99, 8 retrieved frames, 60% compression. The similarity and the layer split of
+# StreamKV's code (mean features; standardised scores and clamped counts), with which the paper's
+# numbers were measured (Eq. 1 and Eqs. 5-8 as printed: the robot's; see docs/POLICIES.md).
 _STREAMKV = {
     "local_window_tokens": 15000,
     "streamkv.similarity_threshold": 0.99,
@@ -53,6 +54,7 @@ _STREAMKV = {
     "streamkv.summary_frames": True,
     "streamkv.compression_ratio": 0.6,
     "streamkv.retrieve_frames": 8,
+    "streamkv.split": "code",  # the code's layer budgets too (standardised scores, counts within 1 -/+ 0.75 or 0.25 of the mean)
 }
 # HERMES (seed 002, its script inference/llavaov_online_official.py): budgets 4K / 6K video
 # tokens per layer (4K here; 6144 is the other setting), 16-frame chunks, layer split 0.1 /
@@ -60,7 +62,9 @@ _STREAMKV = {
 # reaching 1 at the first deep layer, smoothing 0.1 / 0.3 / 0.4, pseudo-queries through the
 # model over the live cache.
 _HERMES = {
-    "budget_tokens": 4096,  # kv_size per layer (ours counts the prompt sink in it: docs/POLICIES.md)
+    "budget_tokens": 4096,  # kv_size: video tokens kept per layer after a compression (budget_rule script)
+    "hermes.budget_rule": "script",  # keep kv_size at a chunk's end, the next chunk above it (robot: a hard cap)
+    "hermes.recency": "token",  # exp(-k (N-1-j) / (N-1)) by place in the layer's cache (robot: by frame age)
     "hermes.shallow_ratio": 0.1,
     "hermes.deep_ratio": 0.3,
     "hermes.recency_rate": 20.0,

@@ -16,7 +16,7 @@ selects the ``N - L'`` smallest cumulative sums over all layers, each adding one
 to its layer. ``layer_budgets`` takes those directly: the same allocation
 whenever the search succeeds, and an exact ``sum == N`` also when equal
 cumulative sums straddle the cut, where no ``p`` exists and the search fails.
-``binary_search_threshold`` keeps Algorithm 1 literally, as a test reference.
+Algorithm 1 itself, literally, is the reference of ``tests/unit/test_select_kv.py`` (written there).
 
 Cumulative sums are computed in float64 so that layers with identical scores
 get bit-identical sums, which makes the documented tie rule observable.
@@ -131,7 +131,67 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     return [b + e for b, e in zip(budgets, extra)]
 
 
-def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
+# StreamKV's code (soulpower/StreamKV, eval.sh): the temperatures of its count rescaling.
+CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP = 0.75, 0.25
+
+
+def code_bounds(mean: float, temp: float, most: float, integer: bool) -> tuple[float, float]:
+    """[low, high] of StreamKV's code's count rescaling: (1 -/+ temp) x the mean count, at least 1 and at most
+    ``most``; compression truncates them to ints (``int(...)``), retrieval keeps floats, as the code does."""
+    low, high = mean * (1 - temp), mean * (1 + temp)
+    if integer:
+        low, high = int(low), int(high)
+    return max(low, 1), min(high, most)
+
+
+def standardise(s: torch.Tensor) -> torch.Tensor:
+    """(n,) -> (n,) float64 z-scores (unbiased std, as ``torch.std``), StreamKV's code before its softmax.
+    Fewer than 2 candidates or no spread give zeros (the code would give NaN): no preference."""
+    s = s.detach().reshape(-1).to(device="cpu", dtype=torch.float64)
+    if s.numel() < 2 or float(s.std()) == 0.0:
+        return torch.zeros_like(s)
+    return (s - s.mean()) / s.std()
+
+
+def rescale_counts(counts: Sequence[int], low: float, high: float) -> list[int]:
+    """StreamKV's code's ``rescale_sum_match``: counts mapped linearly onto [low, high] (min to low, max to
+    high), scaled back to their sum, rounded half to even, clipped to [low, high]; then the rounding
+    difference handed out one at a time in a single pass, to the smallest counts first when short, the
+    largest first when over (ties: the earlier layer; the code's argsort leaves them unspecified). A single
+    pass, as the code: the sum may stay off when the range is too narrow. Equal counts are returned as is."""
+    total, lo, hi = sum(counts), min(counts), max(counts)
+    if lo == hi:
+        return list(counts)
+    scaled = [(c - lo) / (hi - lo) * (high - low) + low for c in counts]
+    ratio = total / sum(scaled)
+    mapped = [min(high, max(low, round(x * ratio))) for x in scaled]
+    diff = int(round(total - sum(mapped)))
+    for i in sorted(range(len(mapped)), key=lambda i: mapped[i] if diff > 0 else -mapped[i]):
+        if diff == 0:
+            break
+        if (diff > 0 and mapped[i] < high) or (diff < 0 and mapped[i] > low):
+            mapped[i] += 1 if diff > 0 else -1
+            diff += -1 if diff > 0 else 1
+    return [int(m) for m in mapped]
+
+
+def code_layer_budgets(scores: Sequence[torch.Tensor], total: int, low: float, high: float) -> list[int]:
+    """K_l as StreamKV's code splits ``total`` (``obtain_cdf_num`` then ``rescale_sum_match``): each layer's
+    scores standardised before Eq. (6)'s softmax, the threshold of Eq. (7) solved exactly (the code's
+    bisection stops within 5 of ``total``), the counts rescaled into [low, high], at least 1 and at most
+    what each layer holds (0 for an empty one). The sum is ``total`` only where the rescaling allows."""
+    counts = [int(s.numel()) for s in scores]
+    nonempty = [layer for layer, n in enumerate(counts) if n > 0]
+    budgets = layer_budgets([standardise(s) for s in scores], total)
+    if not nonempty:
+        return budgets
+    rescaled = rescale_counts([budgets[layer] for layer in nonempty], low, high)
+    for layer, k in zip(nonempty, rescaled):
+        budgets[layer] = max(1, min(counts[layer], k))
+    return budgets
+
+
+def select_kv(scores: Sequence[torch.Tensor], total: int, bounds: tuple[float, float] | None = None) -> list[torch.Tensor]:
     """SelectKV (Eq. 8) on precomputed similarities: per layer, the indices of its K_l best candidates.
 
     scores[l]: (n_l,). Returns, per layer, an int64 (K_l,) tensor of candidate
@@ -139,47 +199,12 @@ def select_kv(scores: Sequence[torch.Tensor], total: int) -> list[torch.Tensor]:
     kept blocks as they were encoded), with ``K_l`` from ``layer_budgets``.
     Equal scores at the cut go to the later index, i.e. the newer candidate,
     for determinism (the same rule as ``retrieval_cache.top_k_blocks``).
+    ``bounds`` (low, high): split as StreamKV's code does (``code_layer_budgets``) instead.
     """
     out = []
-    for s, k in zip(scores, layer_budgets(scores, total)):
+    budgets = layer_budgets(scores, total) if bounds is None else code_layer_budgets(scores, total, *bounds)
+    for s, k in zip(scores, budgets):
         s = s.detach().reshape(-1)  # (n_l,)
         # The k best, newest first among equals at the cut (a stable sort of the reversed scores, exactly).
         out.append(top_k_newest(s, k).to(device="cpu", dtype=torch.int64))
     return out
-
-
-def budgets_at_threshold(scores: Sequence[torch.Tensor], p: float) -> list[int]:
-    """K_l^p = min{k : C_l(k) >= p} per layer (Eq. 7); 0 for an empty layer.
-
-    If rounding leaves C_l(n_l) just below ``p`` (it is 1 only in exact
-    arithmetic), the layer takes all n_l: p <= 1 is always reachable in theory.
-    """
-    return _budgets_at(cumulative_scores(scores), p)
-
-
-def _budgets_at(cums: list[torch.Tensor], p: float) -> list[int]:
-    # C_l is non-decreasing, so the first index with C_l >= p is a left searchsorted.
-    target = torch.tensor([p], dtype=torch.float64)
-    return [min(int(torch.searchsorted(c, target)[0]) + 1, c.numel()) if c.numel() else 0 for c in cums]
-
-
-def binary_search_threshold(scores: Sequence[torch.Tensor], total: int, eps: float = 1e-9) -> float | None:
-    """Algorithm 1 of the paper, literally: the global threshold p with sum_l K_l^p == total, or None.
-
-    None where the search ends without ``delta == 0`` (the paper would return
-    the last ``p`` anyway): ``total`` outside [L', sum n_l], or equal cumulative
-    sums of different layers straddling the cut. Kept as the reference that
-    ``layer_budgets`` is tested against, not used at run time.
-    """
-    cums = cumulative_scores(scores)
-    p1, p2 = 0.0, 1.0
-    while p2 - p1 > eps:
-        p = (p1 + p2) / 2
-        delta = sum(_budgets_at(cums, p)) - total
-        if delta == 0:
-            return p
-        if delta < 0:
-            p1 = p
-        else:
-            p2 = p
-    return None

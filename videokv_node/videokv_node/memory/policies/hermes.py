@@ -1,57 +1,53 @@
 """``hermes``: HERMES (seed 002), the KV cache as a hierarchical memory, no retrieval at question time.
 
-What the paper prescribes:
-- One resident cache with a per-layer budget (``budget_tokens`` minus the
-  prompt sink, per layer); nothing is offloaded, a question attends to the
-  cache as it is, so TTFT does not grow with the stream.
-- Layers split by depth (10% shallow, 60% middle, 30% deep). Shallow layers
-  (sensory memory) keep by recency, an exponential forgetting curve; deep
-  layers (long-term memory) by the attention of a generic pseudo-query (the
-  question is unknown while streaming); middle layers (working memory)
-  interpolate the two with a weight omega that moves from recency to
-  attention with depth.
-- Cross-layer smoothing of scores before top-k (s_l <- (1 - lambda) s_l +
-  lambda s_{l+1}) so one token is not kept in one layer and dropped in the next
-  for no reason.
-- Tokens pruned from deep layers are folded into one summary token per layer:
-  V averaged, K re-rotated to the summary's position by rotary delta, then
-  averaged (running, count-weighted, so folding in steps equals folding all).
-- Position re-indexing: lazy (streaming: positions kept until they approach
-  the model's limit, then compacted) or eager (offline: compacted every time).
-  Keys are re-rotated exactly from the position they were encoded at.
+What the paper prescribes: one resident cache with a per-layer budget, nothing
+offloaded (TTFT does not grow with the stream); layers split by depth (10% shallow
+keep by a forgetting curve, 30% deep by a generic pseudo-query's attention, 60% middle
+interpolate with a weight omega moving from recency to attention with depth);
+cross-layer smoothing of scores before top-k (s_l <- (1 - lambda) s_l + lambda s_{l+1});
+deep layers' pruned tokens folded into one summary token per layer (V averaged, K
+re-rotated to its position then averaged, running and count-weighted); positions
+re-indexed lazily (streaming) or eagerly (offline), keys re-rotated exactly.
 
 The notes we have lost HERMES' formulas; where its public script
-(llavaov_online_official.py) shows a value we take it (forgetting curve
-exp(-20 age / oldest age), smoothing 0.1 / 0.3 / 0.4 by role, the layer split's
-rounding); choices, ours (see config.HermesConfig and memory/scoring/hermes.py):
-omega linear from 1 at the first middle layer to 0 at the last, scores
-normalised to sum 1 per layer before mixing, a token missing from the next layer contributing 0 there,
-and the summary token standing right after the sink (the distant past).
+(llavaov_online_official.py) shows a value we take it (forgetting rate k = 20,
+smoothing 0.1 / 0.3 / 0.4 by role, the layer split's rounding); choices, ours (see
+config.HermesConfig and memory/scoring/hermes.py):
+omega linear from 1 at the first middle layer to 0 at the last, scores normalised to sum 1
+per layer before mixing, a token missing from the next layer contributing 0 there, and the
+summary token standing right after the sink (the distant past).
 
 Pseudo-queries, two modes (``memory.hermes.pseudo_queries``):
-- ``probe`` (robot, ours): one generic question's pre-RoPE queries read once at
-  setup, in a prompt-only context (``PolicyHost.probe``: the text right after the
-  sink, no frames), then rotated to the next position and scored against the
-  live cache's keys at each compression. Its queries in layers past the first
-  never saw the video: cheap (no forward per chunk), not what HERMES runs.
+- ``probe`` (robot, ours): one generic question's pre-RoPE queries read once after
+  the sink, no frames (``PolicyHost.probe``), scored against the live keys at each
+  compression: cheap, but its queries past the first layer never saw the video.
 - ``live`` (paper preset, HERMES' script): before each compression the global
   query and the mixed "local; global" one are run through the model over the
-  live cache, and deep / middle layers are scored with the attention they pay
-  to the cached tokens (``memory/scoring/hermes_live.py``). The script's
-  queries after a first question add that question and its answer; ours stay
-  the generic ones (the memory keeps no conversation history).
+  live cache, and deep / middle layers are scored with the attention they pay to the
+  cached tokens (``memory/scoring/hermes_live.py``). The script's queries after a first
+  question add it and its answer; ours stay generic (the memory keeps no conversation).
 
 Schedule (``recency_rate_deep``, ``omega_gamma``, ``schedule_end``): robot keeps
 the forgetting rate at 20 in every middle layer and moves omega 1 -> 0 up to the
 last middle layer; the paper preset follows the script, rate 20 -> 0.5 and
 omega 1 -> 0.1 with depth reaching 1 at the first deep layer.
 
-Chunks: the paper encodes 16 frames at a time and compresses when a chunk has
-pushed the cache past its budget, so its cache peaks at budget + one chunk. Our
-budget is a hard cap, so a compression instead leaves room for the next chunk:
-once a layer is over its budget, every layer is compressed to its budget less
-``chunk_frames - 1`` frames, and the next compression comes ``chunk_frames``
-frames later. One compression per chunk, as in the paper, and never over budget.
+Recency (``recency``): the script scores token j of a layer's N cached video tokens
+exp(-k (N-1-j) / (N-1)), its place in the compacted cache (paper preset: ``token``).
+Robot (ours, ``frame``): a frame's age over the oldest kept frame's, so every token of a
+frame scores alike in shallow layers and which tokens of the oldest kept frame survive
+follows the (stable) sort: the first ones in the frame's token order.
+
+Chunks (``budget_rule``): the script encodes 16 frames at a time and, once a layer holds
+more than ``kv_size`` video tokens at a chunk's end, keeps ``kv_size`` (4,096; the prompt
+not counted) in each layer, so a layer peaks at prompt + kv_size + one chunk (7,232 video
+tokens for LLaVA-OV). Paper preset (``script``): the same, frames counted in chunks of
+``chunk_frames`` (the engine's resident cap is raised by one chunk for it). Robot
+(``hard_cap``, ours): ``budget_tokens`` is a hard cap, sink included, so a compression
+leaves room for the next chunk: every layer is compressed to ``budget_tokens`` - sink -
+(``chunk_frames`` - 1) frames, the next compression ``chunk_frames`` frames later
+(16,384 - sink - 2,940 ~ 13.4K tokens per layer at the robot defaults; at the paper's
+4,096 it would be 4,096 - sink - 2,940 ~ 1.1K, 3.6x less than the script's 4,096).
 """
 
 from __future__ import annotations
@@ -88,6 +84,7 @@ class HermesPolicy(MemoryPolicy):
     def __init__(self, config, adapter) -> None:
         super().__init__(config, adapter)
         self.cfg = config.hermes
+        self.script = self.cfg.budget_rule == "script"
         self.roles = layer_roles(self.n_layers, self.cfg.shallow_ratio, self.cfg.deep_ratio)
         middle = [l for l, r in enumerate(self.roles) if r == "middle"]
         # Depth 0 -> 1 of omega and the rate schedule: up to the last middle layer (ours) or the first deep one (script).
@@ -106,26 +103,35 @@ class HermesPolicy(MemoryPolicy):
         self.host = host  # the sink to place the cache after, the store, ids for the summary token
         self.sink_len = host.sink.n_tokens
         self.check_budget(self.config.budget_tokens, self.sink_len)
-        self.budget = self.config.budget_tokens - self.sink_len  # tokens per layer
-        self.headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
+        self.budget = self._layer_budget(self.config.budget_tokens)  # tokens per layer
+        # hard_cap: room for the rest of the next chunk; script: the chunk goes above the budget.
+        self.headroom = 0 if self.script else (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
         if self.cfg.pseudo_queries == "probe":
             self.pseudo = host.probe(self.cfg.pseudo_query).float()  # (L, n, H_q, D) pre-RoPE
 
     def check_budget(self, budget_tokens: int, sink_tokens: int) -> None:
         """Each layer must keep one frame (and the summary token) plus room for the rest of a chunk."""
-        per_layer = budget_tokens - sink_tokens
-        headroom = (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
+        per_layer = budget_tokens - (0 if self.script else sink_tokens)
+        headroom = 0 if self.script else (self.cfg.chunk_frames - 1) * self.adapter.tokens_per_frame
         if per_layer - 1 - headroom < self.adapter.tokens_per_frame:
-            raise ConfigError(
-                f"memory.budget_tokens ({budget_tokens}) leaves {per_layer} tokens per layer after the prompt "
-                f"sink: hermes needs room for one frame kept plus a chunk of memory.hermes.chunk_frames "
-                f"({self.cfg.chunk_frames}) frames of {self.adapter.tokens_per_frame} tokens; raise the budget or lower chunk_frames"
-            )
+            need = "one frame" if self.script else f"one frame plus a chunk of memory.hermes.chunk_frames ({self.cfg.chunk_frames}) frames"
+            raise ConfigError(f"memory.budget_tokens ({budget_tokens}) leaves {per_layer} tokens per layer (budget_rule {self.cfg.budget_rule}): "
+                              f"hermes needs room for {need} of {self.adapter.tokens_per_frame} tokens; raise the budget or lower chunk_frames")
+
+    def _layer_budget(self, budget_tokens: int) -> int:
+        """Tokens a layer keeps after a compression: the script's kv_size, or ours less the sink."""
+        return budget_tokens if self.script else budget_tokens - self.sink_len
+
+    def resident_tokens(self, budget_tokens: int, sink_tokens: int) -> int:
+        """script: a layer holds its budget plus up to one chunk between compressions."""
+        if self.script:
+            return budget_tokens + self.cfg.chunk_frames * self.adapter.tokens_per_frame
+        return super().resident_tokens(budget_tokens, sink_tokens)
 
     def reconfigure(self, config, store: BlockStore) -> None:
         """A new per-layer budget; a smaller one compresses every layer to it now, as after a chunk."""
         super().reconfigure(config, store)
-        self.budget = config.budget_tokens - self.sink_len
+        self.budget = self._layer_budget(config.budget_tokens)
         self._enforce_layer_budget(store)
 
     def reset(self) -> None:
@@ -193,7 +199,7 @@ class HermesPolicy(MemoryPolicy):
         if self._restored_summary is not None:
             self.summary = next(b for b in store.blocks() if b.block_id == self._restored_summary)
             self._restored_summary = None
-        self._enforce_layer_budget(store)
+        self._enforce_layer_budget(store, not self.script or self._frames % self.cfg.chunk_frames == 0)  # as the stream would
 
     # --- placement ------------------------------------------------------------
     def layout(self, sink_len, per_layer):
@@ -207,18 +213,21 @@ class HermesPolicy(MemoryPolicy):
 
     # --- compression ----------------------------------------------------------
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
+        before = self._frames
         for block in blocks:
             self._frame_of[block.block_id] = self._frames
             self._frames += 1
             self._next_pos = max(self._next_pos or 0, int(block.positions.max()) + 1)
-        self._enforce_layer_budget(store)
+        # script: compress at a chunk's end only (or, a batch larger than a chunk, beyond budget + a chunk).
+        self._enforce_layer_budget(store, not self.script or before // self.cfg.chunk_frames != self._frames // self.cfg.chunk_frames)
         if self.cfg.reindex == "lazy" and self._next_pos > self.cfg.reindex_at * self.adapter.max_positions:
             self._reindex(store)
 
-    def _enforce_layer_budget(self, store: BlockStore) -> None:
-        """Once a layer holds more than its budget, compress every layer (one compression per chunk)."""
+    def _enforce_layer_budget(self, store: BlockStore, chunk_end: bool = True) -> None:
+        """Once a layer holds more than its budget (at a chunk's end), compress every layer."""
         held = [b for b in store.blocks(Tier.RESIDENT) if b is not self.summary]
-        if any(sum(b.layer_tokens(l) for b in held) > self._regular_budget(l) for l in range(self.n_layers)):
+        over = 0 if chunk_end else self.cfg.chunk_frames * self.adapter.tokens_per_frame
+        if any(sum(b.layer_tokens(l) for b in held) > self._regular_budget(l) + over for l in range(self.n_layers)):
             self._compress(store, sorted(held, key=lambda b: b.order))
             # Forget the ages of blocks compressed away in every layer: a days-long stream must not grow this.
             self._frame_of = {b.block_id: self._frame_of[b.block_id] for b in store.blocks() if b.block_id in self._frame_of}
@@ -239,6 +248,8 @@ class HermesPolicy(MemoryPolicy):
         for layer, blocks in enumerate(per_layer):
             ages = torch.cat([torch.full((b.layer_tokens(layer),), float(self._frames - 1 - self._frame_of[b.block_id])) for b in blocks])
             ids.append(torch.cat([b.block_id * TOKEN_ID_STRIDE + b.layers[layer].index for b in blocks]))
+            if self.cfg.recency == "token":  # script: token j of N scores exp(-k (N-1-j) / (N-1)), newest 0
+                ages = torch.arange(ages.numel() - 1, -1, -1, dtype=ages.dtype)
             attn = None
             if live is not None and self.roles[layer] != "shallow":
                 attn = live[self.roles[layer]][layer]

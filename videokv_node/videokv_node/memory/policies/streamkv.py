@@ -15,6 +15,10 @@ What the paper prescribes, and where it lives here:
 - Retrieval: SelectKV over every block of the bank (compressed frames and
   summaries) against the question vector, N = N_r x L (Eq. 11); retrieved tokens
   are placed consecutively (the engine's default layout).
+- The layer split (``split``): robot, Eqs. 5-8 as printed (exactly N); paper,
+  StreamKV's code (scores standardised per layer, counts rescaled into
+  (1 -/+ 0.75) x the mean compressing, (1 -/+ 0.25) x N_r retrieving, so N is
+  kept only approximately; ``select_kv.code_layer_budgets``, docs/POLICIES.md).
 
 Choices where the paper is not specific, ours:
 - Frame embeddings f_t for segmentation are the projected visual tokens the
@@ -59,7 +63,7 @@ from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
-from videokv_node.memory.select_kv import cosine_scores, select_kv
+from videokv_node.memory.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, select_kv
 from videokv_node.memory.state import dtype_from_name, dtype_name
 
 
@@ -273,7 +277,10 @@ class StreamKVPolicy(MemoryPolicy):
         total = math.ceil((1.0 - self.cfg.compression_ratio) * len(frames)) * L
         reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames])  # (T_i, L, H*D)
         scores = [cosine_scores(reps[:, layer], self.guidance[layer]) for layer in range(L)]
-        keep = select_kv(scores, total)
+        # split code: each layer's count within (1 -/+ 0.75) x the mean, as StreamKV's code; else Eqs. 5-8 exactly
+        mean = len(frames) * (1.0 - self.cfg.compression_ratio)  # the code's seq_len x ratio (kept share)
+        bounds = code_bounds(mean, CODE_COMPRESS_TEMP, len(frames), True) if self.cfg.split == "code" else None
+        keep = select_kv(scores, total, bounds)
         for layer in range(L):
             kept = set(keep[layer].tolist())
             for i, block in enumerate(frames):
@@ -302,6 +309,7 @@ class StreamKVPolicy(MemoryPolicy):
             cosine_scores(index.key_mean[layer].index_select(0, r).reshape(r.numel(), -1), query[layer]) if r.numel() else torch.zeros(0)
             for layer, r in enumerate(ranges)
         ]
-        chosen = select_kv(scores, self.cfg.retrieve_frames * L)
+        bounds = code_bounds(self.cfg.retrieve_frames, CODE_RETRIEVE_TEMP, 128, False) if self.cfg.split == "code" else None
+        chosen = select_kv(scores, self.cfg.retrieve_frames * L, bounds)
         self.last_budgets = [int(c.numel()) for c in chosen]
         return QuestionSelection(per_layer=[index.blocks_of(r[c.to(r.device)]) for r, c in zip(ranges, chosen)])

@@ -79,10 +79,12 @@ def recency_scores(ages: torch.Tensor, decay: float) -> torch.Tensor:
     ages: (N,) frames since each token's frame was encoded (0 = newest frame); int or float.
     Returns (N,) in (0, 1], non-increasing in age, 1 for age 0.
 
-    The paper's formula was lost; its pseudocode has ``exp(-k * delta_t)``. We measure age
-    in frames so that the tokens of one frame share a score (a frame is the unit a
-    shallow layer's recency bias is about). The official script uses the token distance
-    normalised by the cache length with k = 20: that is ``decay = 20 / max_age``.
+    The paper's formula was lost; its pseudocode has ``exp(-k * delta_t)``. The caller
+    chooses the age (``memory.hermes.recency``): ``frame`` (robot, ours) frames since the
+    token's frame with ``decay = k / oldest age``, so the tokens of one frame share a score;
+    ``token`` (HERMES' official script, paper preset) token j of the layer's N cached video
+    tokens aged ``N - 1 - j`` with ``decay = k / (N - 1)``, i.e. ``exp(-k (N-1-j) / (N-1))``,
+    its place in the compacted cache, not its frame's age. k = 20 in the script.
     """
     if decay < 0:
         raise ValueError(f"decay must be >= 0, got {decay}")
