@@ -34,7 +34,7 @@ def test_runtime_parameters_are_the_documented_ones():
 
 def test_names_follow_the_sections_and_every_parameter_has_a_meaning():
     table = parameters()
-    assert len(table) == 113
+    assert len(table) == 114
     assert {"sample_fps", "sample_tolerance_s", "sample_reset_backward_s", "memory.streamkv.similarity",
             "answer.option_scoring", "memory.rekv.selection", "vision.backend", "spava.archive_bytes", "locate_max_k", "base_frame"} <= set(table)
     assert all(p.info.doc.strip() for p in table.values())
