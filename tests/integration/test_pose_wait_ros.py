@@ -11,14 +11,14 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run `make test`")
 
-from nav_msgs.msg import Odometry  # noqa: E402
-from sensor_msgs.msg import Image  # noqa: E402
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import Image
+from videokv_node.ros.conversions import time_to_ns
+from videokv_node.ros.synthetic_camera import image_msg
 
-from tests.integration.test_node_ros import running_node, wait_subscribed  # noqa: E402
-from tests.integration.test_pose_locate_ros import RELIABLE, frame, odom, truth  # noqa: E402
-from tests.integration.test_tf_poses_ros import PoseStatus  # noqa: E402
-from videokv_node.ros.conversions import time_to_ns  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from tests.integration.test_node_ros import running_node, wait_subscribed
+from tests.integration.test_pose_locate_ros import RELIABLE, frame, odom, truth
+from tests.integration.test_tf_poses_ros import PoseStatus
 
 NS = 1_000_000_000
 MS = 1_000_000

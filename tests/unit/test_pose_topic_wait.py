@@ -6,7 +6,6 @@ The odometry published is x = stamp in ms, so an interpolated pose's x is the fr
 from __future__ import annotations
 
 import pytest
-
 from videokv_node.ingest.pose_history import PoseConfig, PoseHistory
 from videokv_node.ingest.pose_wait import PoseWait
 

@@ -14,6 +14,10 @@ Semantics of ``at(stamp)``:
   end's pose (a frame usually arrives a few ms after the latest odometry message);
 - further outside: no pose (None); the caller counts it.
 
+A frame parked for its odometry (``pose_wait_s``, ros/pose_parking.py) asks ``resolve``: the
+pose once a pose at or after its stamp has arrived, so it is interpolated, not the newest
+before it; when its wait is over, ``settle`` gives ``at``'s answer with its reason.
+
 What ``add`` refuses (counted, the history unchanged): a pose with a non-finite number
 or a zero quaternion; a stamp not after the newest one (a backwards or repeated
 stamp). A stamp more than ``pose_reset_backward_s`` before the newest is a clock reset
