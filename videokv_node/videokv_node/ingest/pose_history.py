@@ -14,6 +14,10 @@ Semantics of ``at(stamp)``:
   end's pose (a frame usually arrives a few ms after the latest odometry message);
 - further outside: no pose (None); the caller counts it.
 
+A frame parked for its odometry (``pose_wait_s``, ros/pose_parking.py) asks ``resolve``: the
+pose once a pose at or after its stamp has arrived, so it is interpolated, not the newest
+before it; when its wait is over, ``settle`` gives ``at``'s answer with its reason.
+
 What ``add`` refuses (counted, the history unchanged): a pose with a non-finite number
 or a zero quaternion; a stamp not after the newest one (a backwards or repeated
 stamp). A stamp more than ``pose_reset_backward_s`` before the newest is a clock reset
@@ -46,6 +50,7 @@ WITHOUT_POSE_REASONS = {
     "too_old": "tf: older than the transforms the tf buffer still holds",
 }
 TF_WAIT_MAX_S = 5.0  # a frame waiting longer would outlive the transforms around it in the tf buffer (10 s)
+WAIT_MAX_S = 5.0  # pose_wait_s' ceiling: a frame parked longer holds its camera's later frames back as long
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,7 @@ class PoseConfig:
     base_frame: str = param("base_link", "pose_source tf: the robot frame whose pose is stored")
     pose_tolerance_s: float = param(0.1, "a frame at most this far before the oldest or after the newest pose gets that pose; further out it gets none (counted)")
     pose_tf_wait_s: float = param(0.5, f"pose_source tf: how long a sampled frame may wait (node clock) for the transform at its stamp, parked outside the model's queue; then it gets the newest transform if within pose_tolerance_s, else none (counted by reason); 0: no wait; at most {TF_WAIT_MAX_S} s")
+    pose_wait_s: float = param(0.5, f"pose_source topic: how long a sampled frame may wait (node clock) for a pose at or after its stamp, parked outside the model's queue (odometry often arrives after the image); then it gets the pose within pose_tolerance_s, else none (counted); 0: no parking, the model worker looks the pose up when it takes the frame; at most {WAIT_MAX_S} s")
     pose_history_size: int = param(2000, "poses kept to interpolate frames' poses from (a frame older than the oldest gets none)")  # 100 s of 20 Hz odometry
     pose_reset_backward_s: float = param(2.0, "a pose stamp jumping back more than this restarts the pose history (clock reset); smaller jumps back are dropped and counted")
 
@@ -67,12 +73,14 @@ class PoseConfig:
             raise ValueError(f"pose_type must be one of {POSE_TYPES}, got {self.pose_type!r}")
         if self.pose_source not in POSE_SOURCES:
             raise ValueError(f"pose_source must be one of {POSE_SOURCES}, got {self.pose_source!r}")
-        for name in ("pose_tolerance_s", "pose_reset_backward_s", "pose_tf_wait_s"):
+        for name in ("pose_tolerance_s", "pose_reset_backward_s", "pose_tf_wait_s", "pose_wait_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
         if self.pose_tf_wait_s > TF_WAIT_MAX_S:
             raise ValueError(f"pose_tf_wait_s must be <= {TF_WAIT_MAX_S} (the tf buffer's span), got {self.pose_tf_wait_s}")
+        if self.pose_wait_s > WAIT_MAX_S:
+            raise ValueError(f"pose_wait_s must be <= {WAIT_MAX_S}, got {self.pose_wait_s}")
         if self.pose_history_size < 2:
             raise ValueError(f"pose_history_size must be >= 2 (interpolation needs two poses), got {self.pose_history_size}")
         if self.pose_source == "tf" and not (self.pose_frame and self.base_frame):
@@ -89,6 +97,21 @@ class PoseConfig:
     @property
     def tf_wait_ns(self) -> int:
         return round(self.pose_tf_wait_s * NS_PER_S)
+
+    @property
+    def topic_wait_ns(self) -> int:
+        return round(self.pose_wait_s * NS_PER_S)
+
+    @property
+    def parks_frames(self) -> bool:
+        """Sampled frames wait for their pose outside the model's queue (ros/pose_intake.py): always with tf,
+        with a pose topic when ``pose_wait_s`` > 0; else the model worker looks the pose up at ingest."""
+        return self.pose_source == "tf" or (bool(self.pose_topic) and self.pose_wait_s > 0)
+
+    @property
+    def worker_looks_up(self) -> bool:
+        """The model worker looks a frame's pose up when it takes it (a pose topic with ``pose_wait_s`` 0)."""
+        return self.enabled and not self.parks_frames
 
 
 class PoseAdd(enum.Enum):
@@ -117,8 +140,8 @@ class PoseCounters:
     frames_with_pose: int = 0  # frames asked for and given a pose
     frames_without_pose: int = 0  # frames outside the span by more than pose_tolerance_s (or no history)
     without_pose: dict[str, int] = field(default_factory=dict)  # frames_without_pose by reason (WITHOUT_POSE_REASONS' keys)
-    frames_waited: int = 0  # pose_source tf: frames that got their pose only after waiting for the transform
-    waits_cut_short: int = 0  # pose_source tf: frames let go before pose_tf_wait_s because too many were waiting
+    frames_waited: int = 0  # parked frames (tf, or topic with pose_wait_s) that got their pose only after waiting for it
+    waits_cut_short: int = 0  # parked frames let go before their wait was over because too many were waiting
 
     def count_frame(self, pose: Pose | None, reason: str) -> None:
         """One frame asked for its pose: with one, or without one for ``reason``."""
@@ -185,6 +208,23 @@ class PoseHistory:
         with self._lock:
             self.counters.count_frame(pose, "outside_span" if self._stamps else "no_pose_yet")
         return pose
+
+    def resolve(self, stamp_ns: int) -> Pose | None:
+        """The pose at ``stamp_ns`` once a pose at or after it has arrived (interpolated, or exact), else None:
+        a parked frame's ``PoseWait`` resolve (ingest/pose_wait.py); uncounted."""
+        with self._lock:
+            if not self._stamps or self._stamps[-1] < stamp_ns:
+                return None
+        return self.peek(stamp_ns)
+
+    def settle(self, stamp_ns: int) -> tuple[Pose | None, str]:
+        """A parked frame's final pose once its wait is over, as ``at`` gives it (the nearest end within
+        ``pose_tolerance_s``), and why: ``resolved``, ``nearest``, or none for ``no_pose_yet`` or ``outside_span``."""
+        pose = self.peek(stamp_ns)
+        with self._lock:
+            if pose is None:
+                return None, "outside_span" if self._stamps else "no_pose_yet"
+            return pose, "resolved" if self._stamps[0] <= stamp_ns <= self._stamps[-1] else "nearest"
 
     def peek(self, stamp_ns: int) -> Pose | None:
         """As ``at``, without counting."""

@@ -7,11 +7,11 @@ JPEG at 15 Hz sampled at 0.5 fps is decoded once in 30 frames.
 
 Each camera has its own mutually exclusive callback group: one camera's frames reach the
 sampler in arrival order, and cameras never queue behind each other on the node's
-MultiThreadedExecutor (ros/main.py). With pose topic poses a frame is queued without its
-robot pose: the model worker looks it up when it takes the frame (``frame_pose``), as late
-as possible, so that odometry arriving after the image still counts. With tf poses a frame
-waits for its transform outside the worker's queue (``PoseIntake.park``, ros/tf_poses.py)
-and reaches the worker through ``deliver_frame``.
+MultiThreadedExecutor (ros/main.py). A frame waits for its robot pose outside the worker's
+queue (``PoseIntake.park``, ros/pose_parking.py: the transform at its stamp with tf, a pose
+at or after its stamp from a pose topic, each bounded by its wait) and reaches the worker
+through ``deliver_frame``. With a pose topic and ``pose_wait_s`` 0 a frame is queued without
+its pose: the model worker looks it up when it takes the frame (``frame_pose``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def frame_pose(node, stamp_ns: int) -> Pose | None:
 
 
 def deliver_frame(node, frame: Frame) -> None:
-    """Queue a sampled frame whose pose is already resolved (tf poses, after its wait) for the model worker.
+    """Queue a sampled frame whose pose is already resolved (a parked frame, after its wait) for the model worker.
 
     The long-replay archive's copy gets the same pose, as in ``frame_pose``.
     """
@@ -71,7 +71,7 @@ def deliver_frame(node, frame: Frame) -> None:
             raise WorkerStopped("no worker")
         if not worker.submit_frame(frame):
             node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
-    except WorkerStopped:  # deactivated while this frame waited for its transform
+    except WorkerStopped:  # deactivated while this frame waited for its pose
         intake = node.intake
         if intake is not None:
             intake.count(frame.camera, "dropped_deactivated")
@@ -142,7 +142,7 @@ class CameraIntake:
             poses = node.poses
             long_replay.archive.add(camera, stamp_ns, rgb, poses.peek(stamp_ns) if poses is not None else None)
         frame, poses = Frame(camera, stamp_ns, rgb), node.poses
-        if poses is not None and poses.parks_frames:  # tf: waits for its transform, then deliver_frame
+        if poses is not None and poses.parks_frames:  # waits for its pose, then deliver_frame
             poses.park(frame)
             return
         try:

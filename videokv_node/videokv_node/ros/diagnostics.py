@@ -119,8 +119,9 @@ def snapshot_status(s) -> Status:
 
 def pose_status(intake) -> Status:
     """The robot poses' counters (ros/pose_intake.py): WARN while the newest sampled frame got no pose
-    (no pose received yet, or frames outside the poses' span by more than pose_tolerance_s; with tf,
-    no transform at its stamp within pose_tf_wait_s). Frames without a pose are also counted by reason
+    (no pose received yet, or frames outside the poses' span by more than pose_tolerance_s after
+    pose_wait_s; with tf, no transform at its stamp within pose_tf_wait_s). The frames_waiting_for_tf,
+    frames_waited_for_tf and tf_waits_cut_short keys count parked frames of either source. Frames without a pose are also counted by reason
     (``frames_without_pose_<reason>``, ingest/pose_history.py's WITHOUT_POSE_REASONS)."""
     c = intake.counters
     span = intake.history.span_ns()

@@ -155,8 +155,8 @@ class VideoKVMixin:
         s, pose = self.settings.node, self.settings.pose
         self.worker = ModelWorker(
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
-            max_batch=self.settings.vision.max_batch,  # tf poses are resolved before the worker: it looks nothing up
-            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if pose.enabled and pose.pose_source == "topic" else None,
+            max_batch=self.settings.vision.max_batch,  # parked frames' poses are resolved before the worker
+            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if pose.worker_looks_up else None,
         )
         if pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp; before the cameras
             self.poses = PoseIntake(self, pose, deliver=lambda frame: deliver_frame(self, frame), capacity=s.queue_size)

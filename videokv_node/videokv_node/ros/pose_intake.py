@@ -4,12 +4,16 @@
 geometry_msgs/PoseStamped or PoseWithCovarianceStamped; with ``pose_type: auto`` the
 type is read from the topic graph, and the subscription waits, retried every second,
 until a publisher shows it). Each message goes to the history (ingest/pose_history.py),
-which drops and counts a non-finite pose or a stamp going backwards. ``pose_at`` then
-interpolates at a frame's header stamp. The model worker calls it when it takes the frame
-for ingest (``camera_intake.frame_pose``, runtime/worker.py), not the camera callback: odometry
-received while the frame waited in the queue counts (on a busy node it often arrives after
-the image), and a frame still past the newest pose by more than ``pose_tolerance_s`` then
-gets none, counted.
+which drops and counts a non-finite pose or a stamp going backwards. Odometry often arrives
+after the image it belongs to (a bag replayed best effort, a busy robot), so with
+``pose_wait_s`` > 0 (the default) the camera callback hands each sampled frame to ``park``
+(ros/pose_parking.py) and the frame reaches the model worker, its pose set, once a pose at or
+after its stamp has arrived (interpolated between the two around it), or after ``pose_wait_s``
+on the node clock: then the nearest pose within ``pose_tolerance_s``, or none, counted by
+reason. Each pose message retries the parked frames. With ``pose_wait_s`` 0 nothing is parked:
+the model worker calls ``pose_at`` when it takes the frame for ingest (``camera_intake.frame_pose``,
+runtime/worker.py), and a frame taken before the odometry past its stamp gets the newest pose
+within ``pose_tolerance_s``, or none.
 
 ``pose_source: tf`` takes ``pose_frame <- base_frame`` at the frame's stamp from a tf2
 buffer instead (ros/tf_poses.py): the camera callback hands each sampled frame to ``park``,
@@ -35,6 +39,7 @@ from videokv_node.ingest.pose_wait import Released
 from videokv_node.memory.config import ConfigError
 from videokv_node.pose import Pose
 from videokv_node.ros.conversions import pose_fields
+from videokv_node.ros.pose_parking import PoseParking
 
 # pose_type -> ROS type name as the topic graph lists it
 TYPE_NAMES = {
@@ -73,8 +78,9 @@ def check_available(config: PoseConfig) -> None:
 class PoseIntake:
     """Poses for the node's frames. ``pose_at`` and ``park`` are safe from any callback thread.
 
-    ``deliver(frame)`` (tf only) queues a frame whose pose is resolved for the model worker;
-    at most ``capacity`` frames wait for their transform (the oldest beyond go on early, counted).
+    ``deliver(frame)`` (when ``parks_frames``: tf, or a pose topic with ``pose_wait_s`` > 0) queues a
+    frame whose pose is resolved for the model worker; at most ``capacity`` frames wait for their pose
+    (the oldest beyond go on early, counted).
     """
 
     def __init__(self, node: Node, config: PoseConfig, deliver: Callable[[Frame], None] | None = None,
@@ -83,20 +89,23 @@ class PoseIntake:
         self._node = node
         self.config = config
         self.history = PoseHistory(config)
-        self._sub = self._timer = self._tf = None
+        self._sub = self._timer = self._tf = self._parking = None  # _parking: TfPoses or PoseParking when parks_frames
         self.last_frame_had_pose: bool | None = None  # None until a frame asks (/diagnostics "videokv: poses")
         self._group = MutuallyExclusiveCallbackGroup()
+        if config.parks_frames and deliver is None:
+            raise ValueError("parked frames need deliver: frames wait for their pose outside the worker")
+        self._deliver = deliver
         if config.pose_source == "tf":
             from videokv_node.ros.tf_poses import TfPoses  # noqa: PLC0415: imports tf2_ros
 
-            if deliver is None:
-                raise ValueError("pose_source tf needs deliver: frames wait for their transform outside the worker")
-            self._deliver = deliver
-            self._tf = TfPoses(node, config, self.history.counters, capacity, self._released)
+            self._tf = self._parking = TfPoses(node, config, self.history.counters, capacity, self._released)
             node.get_logger().info(f"poses from tf: {config.pose_frame} <- {config.base_frame} at each frame's stamp "
                                    f"(waiting up to pose_tf_wait_s {config.pose_tf_wait_s} s for it)")
             return
         self._topic = node.resolve_topic_name(config.pose_topic)
+        if config.parks_frames:
+            self._parking = PoseParking(node, config.topic_wait_ns, capacity, self.history.counters,
+                                        self.history.resolve, self.history.settle, self._released)
         if not self._try_subscribe():
             node.get_logger().info(f"pose topic {self._topic}: waiting for a publisher to learn its type (pose_type auto)")
             self._timer = node.create_timer(RETRY_S, self._retry, callback_group=self._group)
@@ -107,24 +116,27 @@ class PoseIntake:
 
     @property
     def parks_frames(self) -> bool:
-        """True for tf: sampled frames go to ``park``, not straight to the worker (which then looks nothing up)."""
-        return self._tf is not None
+        """Sampled frames go to ``park``, not straight to the worker (which then looks nothing up):
+        ``config.parks_frames`` (tf, or a pose topic with ``pose_wait_s`` > 0)."""
+        return self.config.parks_frames
 
     @property
     def frames_parked(self) -> int:
-        """Frames waiting for their transform now (0 for topic poses)."""
-        return self._tf.parked if self._tf is not None else 0
+        """Frames waiting for their pose now (0 when nothing is parked)."""
+        parking = self._parking
+        return parking.parked if parking is not None else 0
 
     def park(self, frame: Frame) -> None:
-        """tf: hold a sampled frame until the transform at its stamp is there or pose_tf_wait_s has passed, then
-        ``deliver`` it with its pose; never blocks on tf."""
-        tf = self._tf  # a local: destroy clears it
-        if tf is None or not tf.submit(frame.camera, frame.stamp_ns, frame):
+        """Hold a sampled frame until its pose is known (the transform at its stamp, or a pose at or after it)
+        or its wait (pose_tf_wait_s, pose_wait_s) has passed, then ``deliver`` it with its pose; never blocks."""
+        parking = self._parking  # a local: destroy clears it
+        if parking is None or not parking.submit(frame.camera, frame.stamp_ns, frame):
             self._node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
 
     def drop_parked(self) -> int:
-        """Forget the frames waiting for their transform (a memory reset); how many."""
-        return self._tf.drop_parked() if self._tf is not None else 0
+        """Forget the frames waiting for their pose (a memory reset); how many."""
+        parking = self._parking
+        return parking.drop_parked() if parking is not None else 0
 
     def pose_at(self, stamp_ns: int) -> Pose | None:
         """The robot's pose at a frame's stamp from the pose topic, or None (counted, warned at most every few seconds)."""
@@ -133,8 +145,8 @@ class PoseIntake:
         return pose
 
     def _released(self, r: Released) -> None:
-        """tf: a parked frame leaves with its pose (or none, for ``r.reason``), on to the worker."""
-        self._note(r.stamp_ns, r.pose, f"tf {r.reason}")
+        """A parked frame leaves with its pose (or none, for ``r.reason``), on to the worker."""
+        self._note(r.stamp_ns, r.pose, f"{self.config.pose_source} {r.reason}")
         r.item.pose = r.pose
         self._deliver(r.item)
 
@@ -162,17 +174,20 @@ class PoseIntake:
                                          throttle_duration_sec=WARN_THROTTLE_S)
         elif result is PoseAdd.RESET:
             self._node.get_logger().warn(f"pose history restarted on {self._topic} (clock reset or another frame_id)")
+        parking = self._parking
+        if result.kept and parking is not None:
+            parking.release()  # the frames this pose covers go on now, not at the next tick
 
     def destroy(self) -> None:
         if self._timer is not None:
             self._node.destroy_timer(self._timer)
         if self._sub is not None:
             self._node.destroy_subscription(self._sub)
-        if self._tf is not None:
-            left = self._tf.destroy()
+        if self._parking is not None:
+            left = self._tf.destroy() if self._tf is not None else self._parking.close()
             for _ in left:
-                self._node.drop("dropped a frame waiting for its transform: the node is being deactivated")
-        self._sub = self._timer = self._tf = None
+                self._node.drop("dropped a frame waiting for its pose: the node is being deactivated")
+        self._sub = self._timer = self._tf = self._parking = None
 
     # --- subscription ---------------------------------------------------------
     def _try_subscribe(self) -> bool:

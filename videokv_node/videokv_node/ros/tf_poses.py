@@ -11,7 +11,8 @@ by reason (``no_transform``, ``late``, ``too_old``: ``PoseCounters.without_pose`
 
 Nothing waits on a thread: the camera callback parks and tries at once (a frame whose transform
 is already there goes straight on), and a timer on its own callback group retries every
-``pose_tf_wait_s / 5`` (at most 50 ms) while frames are parked. The model worker never looks
+``pose_tf_wait_s / 5`` (at most 50 ms) while frames are parked (ros/pose_parking.py, shared
+with topic poses). The model worker never looks
 tf up, so questions never wait for it. The listener's subscriptions spin on the node's
 executor (``spin_thread=False``), like every other subscription of the node. A jump back of the
 node clock (a bag loop under ``use_sim_time``) clears the buffer and lets the parked frames go.
@@ -19,21 +20,19 @@ node clock (a bag loop under ``use_sim_time``) clears the buffer and lets the pa
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.time import Time
 
 from videokv_node.ingest.pose_history import PoseConfig, PoseCounters
-from videokv_node.ingest.pose_wait import PoseWait, Released
+from videokv_node.ingest.pose_wait import Released
 from videokv_node.pose import Pose
 from videokv_node.ros.conversions import time_to_ns
+from videokv_node.ros.pose_parking import PoseParking
 
-TICK_MAX_S = 0.05  # the retry period's ceiling: a frame leaves at most this long after its transform arrives
 BUFFER_MIN_S = 10.0  # tf2's default cache time
 
 
@@ -50,7 +49,7 @@ class TfPoses:
         import tf2_ros  # noqa: PLC0415: ROS 2 from apt, or ../shared/ros2tools' build with the wheels
 
         self._tf2 = tf2_ros
-        self._node, self._config, self._counters, self._deliver = node, config, counters, deliver
+        self._config = config
         # Long enough that a frame parked for its whole wait still finds the transforms around its stamp.
         cache_s = max(BUFFER_MIN_S, 2 * config.pose_tolerance_s, 2 * config.pose_tf_wait_s)
         self._buffer = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
@@ -61,41 +60,22 @@ class TfPoses:
         self._jump = node.get_clock().create_jump_callback(
             JumpThreshold(min_forward=None, min_backward=Duration(seconds=-1), on_clock_change=True),
             post_callback=lambda _jump: self._buffer.clear())
-        self._wait = PoseWait(config.tf_wait_ns, capacity)
-        self._lock = threading.Lock()  # serialises park, release and delivery (a camera's frames stay in order)
-        self._closed = False  # set by destroy, under _lock: nothing is parked after it
-        self._timer = None
-        if config.pose_tf_wait_s > 0:
-            self._timer = node.create_timer(min(TICK_MAX_S, config.pose_tf_wait_s / 5), self.release,
-                                            callback_group=MutuallyExclusiveCallbackGroup())
+        # Frames parked until the transform at their stamp is there (ros/pose_parking.py: a timer retries them).
+        self._parking = PoseParking(node, config.tf_wait_ns, capacity, counters, self.lookup, self.settle, deliver)
 
     @property
     def parked(self) -> int:
         """Frames waiting for their transform now."""
-        return len(self._wait)
+        return self._parking.parked
 
     def submit(self, camera: str, stamp_ns: int, frame) -> bool:
         """Park a sampled frame and try at once: delivered now if its transform is there, else later.
         False, with nothing parked, once destroyed (a frame racing a deactivation: the caller drops it)."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._wait.park(camera, stamp_ns, frame, self._now())
-        self.release()
-        return True
+        return self._parking.submit(camera, stamp_ns, frame)
 
     def release(self) -> None:
-        """Deliver every parked frame whose transform is there or whose wait is over (the timer's callback)."""
-        with self._lock:
-            if not len(self._wait):
-                return
-            cut = self._wait.overflowed
-            out = self._wait.release(self.lookup, self.settle, self._now())
-            self._counters.waits_cut_short += self._wait.overflowed - cut
-            for r in out:
-                self._counters.count_frame(r.pose, r.reason)
-                self._counters.frames_waited += r.waited and r.pose is not None
-                self._deliver(r)
+        """Deliver every parked frame whose transform is there or whose wait is over."""
+        self._parking.release()
 
     def lookup(self, stamp_ns: int) -> Pose | None:
         """The transform at ``stamp_ns`` as a pose if the buffer has it now (interpolated), else None; uncounted."""
@@ -126,19 +106,14 @@ class TfPoses:
 
     def drop_parked(self) -> int:
         """Forget the parked frames (a memory reset: they were sampled before it); how many."""
-        with self._lock:
-            return len(self._wait.drain())
+        return self._parking.drop_parked()
 
     def destroy(self) -> list:
-        """Stop listening and retrying; the frames still parked, undelivered (the caller counts them)."""
-        if self._timer is not None:
-            self._node.destroy_timer(self._timer)
-            self._timer = None
+        """Stop retrying and listening; the frames still parked, undelivered (the caller counts them)."""
+        left = self._parking.close()
         self._listener.unregister()
         self._jump.unregister()
-        with self._lock:
-            self._closed = True
-            return self._wait.drain()
+        return left
 
     def _transform(self, at: Time):
         return self._buffer.lookup_transform_core(self._config.pose_frame, self._config.base_frame, at)
@@ -146,6 +121,3 @@ class TfPoses:
     def _pose(self, t) -> Pose:
         tr, rot = t.transform.translation, t.transform.rotation
         return Pose.make(self._config.pose_frame, (tr.x, tr.y, tr.z), (rot.x, rot.y, rot.z, rot.w))
-
-    def _now(self) -> int:
-        return self._node.get_clock().now().nanoseconds
