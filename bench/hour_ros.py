@@ -114,7 +114,7 @@ def run(stream, questions, truths, params: dict, log_path: Path) -> dict:
                 out["found"].append(group_recall(q.evidence, attended, [])[0])
                 out["ttft_s"].append(resp.ttft_s)
             if (i + 1) % 300 == 0:
-                stats = client.stats()
+                stats = client.stats
                 log(f"  {i + 1}/{n} frames published, {stats.frames_ingested if stats else '?'} ingested, "
                     f"{time.perf_counter() - t0:.0f} s")
             if i + 1 == max(1, n // 10):
