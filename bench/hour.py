@@ -105,7 +105,7 @@ def run_ceiling(adapter, stream, questions, truths, row: Row, T: int, sink: int)
     engine.close()
 
 
-def run_stream(adapter, vision: CachedVision, stream, rows: list[Row]) -> None:
+def run_stream(adapter, stream, rows: list[Row]) -> None:
     """Every row over one stream, fed in lockstep; the rows' lists grow by this stream's questions."""
     n, T, sink = stream.n_frames, adapter.tokens_per_frame, len(adapter.prefix_ids())
     questions, truths = hour_questions(stream), locate_truths(stream)
@@ -156,11 +156,10 @@ def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: Foo
     torch.set_num_threads(THREADS)
     library = library or FootageLibrary.load()
     adapter = load_model(model)
-    vision = CachedVision(adapter.vision_backend)
-    adapter.set_vision_backend(vision)
+    adapter.set_vision_backend(CachedVision(adapter.vision_backend))
     for seed in seeds:
         t0 = time.perf_counter()
-        run_stream(adapter, vision, make_hour_stream(f"hour{n}-{seed}", n, seed, library), rows)
+        run_stream(adapter, make_hour_stream(f"hour{n}-{seed}", n, seed, library), rows)
         log(f"  {n} frames, stream seed {seed}: {time.perf_counter() - t0:.0f} s")
     return rows
 
