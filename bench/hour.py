@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows:
                     for d in r.details:
                         f.write(json.dumps(dict(frames=n, **d)) + "\n")
-    report.write_section(args.out, section, *MARKERS, REPO)
+    report.publish(section, args.out, REPO, *MARKERS)
     return 0
 
 

@@ -6,7 +6,7 @@ import statistics
 
 from bench.hour_rows import Row
 from bench.long_stream import wilson
-from bench.report import load_text, size, table
+from bench.report import run_table, size, table
 from videokv_node.eval.hour_questions import KINDS
 
 DOC = "docs/bench/hour.md"  # the detail page (docs/BENCHMARKS.md links it)
@@ -66,17 +66,9 @@ def kinds_table(rows: list[Row]) -> str:
 
 def render(results: dict[int, tuple[list[Row], list[Row]]], info: dict) -> str:
     mc = info["machine"]
-    header = table(["", ""], [
-        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {info['threads']} thread per worker)"],
-        ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
-        ["model", f"{info['model']}, float32"],
-        ["footage", info["library"]],
-        ["code", f"git {mc.commit}"],
-        ["command", f"`{info['command']}` (niceness {info['niceness']}, seeds from {info['seed']})"],
-        ["date", mc.date],
-        ["run time", f"{info['wall_s']:.0f} s wall"],
-        ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(info['load_end'])} at end"],
-    ])
+    command = f"`{info['command']}` (niceness {info['niceness']}, seeds from {info['seed']})"
+    header = run_table(mc, info["threads"], command, info["wall_s"], info["load_end"]) + "\n" + "\n".join(
+        f"| {k} | {v} |" for k, v in (("model", f"{info['model']}, float32"), ("footage", info["library"])))
     parts = []
     for n, (rows, skipped) in results.items():
         hours = n * 2.0 / 3600

@@ -83,15 +83,6 @@ def update_document(path: Path, section: str, begin: str = BEGIN, end_marker: st
     path.write_text(text)
 
 
-def write_section(out: str, section: str, begin: str, end_marker: str, repo: Path) -> None:
-    """Print ``section`` (``out`` '-') or put it between its markers in ``repo / out``."""
-    if out == "-":
-        print(section)
-    else:
-        update_document(repo / out, section, begin, end_marker)
-        log(f"results written to {out}")
-
-
 def render(run: Run) -> str:
     parts = [_header(run), _tiny(run), _real(run), _bound(run)]
     return "\n\n".join(p.strip() for p in parts) + "\n"

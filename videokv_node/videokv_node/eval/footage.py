@@ -33,7 +33,7 @@ OPENCV_CLIPS = ("vtest.avi", "tree.avi", "Megamind.avi")
 # Colour photographs with a scene a camera could show (grayscale, microscope and texture images left out).
 SKIMAGE_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "color.png")
 OPENCV_PHOTOS = ("fruits.jpg", "home.jpg", "baboon.jpg", "messi5.jpg", "orange.jpg", "stuff.jpg", "smarties.png",
-                 "board.jpg", "aloeL.jpg", "starry_night.jpg", "squirrel_cls.jpg", "HappyFish.jpg", "lena.jpg",
+                 "board.jpg", "aloeL.jpg", "starry_night.jpg", "squirrel_cls.jpg", "HappyFish.jpg",
                  "Blender_Suzanne1.jpg", "ela_original.jpg", "basketball1.png")
 CLIP_STRIDE = 2  # keep every 2nd decoded frame
 MAX_SIDE = 480  # px, longer side of a decoded clip frame or a photograph
@@ -105,8 +105,7 @@ class FootageLibrary:
             for name in OPENCV_CLIPS:
                 lib.clips[name] = decode_clip(extra / name)
             for name in OPENCV_PHOTOS:
-                if (extra / name).is_file():  # lena.jpg is not in every opencv-doc
-                    lib.photos[name] = _fit(Image.open(extra / name), MAX_SIDE)
+                lib.photos[name] = _fit(Image.open(extra / name), MAX_SIDE)
         return lib
 
     @property
