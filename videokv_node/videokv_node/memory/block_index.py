@@ -56,7 +56,7 @@ class BlockIndex:
         self.tier = torch.zeros(0, dtype=torch.int8, device=device)  # (C,) TIER_CODE
         self.stream = torch.zeros(0, dtype=torch.long, device=device)  # (C,) code in ``_codes``
         self.camera = torch.zeros(0, dtype=torch.long, device=device)  # (C,) code in ``_codes``
-        self.stamp_lo = torch.zeros(0, dtype=torch.long, device=device)  # (C,) oldest stamp the block represents
+        self.stamp_lo = torch.zeros(0, dtype=torch.long, device=device)  # (C,) oldest stamp the block represents (a one-frame still span: its end, BlockStore._index_span)
         self.stamp_hi = torch.zeros(0, dtype=torch.long, device=device)  # (C,) newest
         self.present = torch.zeros(0, self.n_layers, dtype=torch.bool, device=device)  # (C, L)
         self.tokens = torch.zeros(0, self.n_layers, dtype=torch.long, device=device)  # (C, L) kept tokens

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 # ConfigError is re-exported: memory's callers import it from here.
 from videokv_node.config_base import ConfigError, check_choice, check_fraction, param  # noqa: F401
+from videokv_node.memory.redundancy import RedundancyConfig
 
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
 REKV_QUERIES = ("prompt", "question")
@@ -254,6 +255,7 @@ class MemoryConfig:
     hermes: HermesConfig = field(default_factory=HermesConfig)
     mukv: MuKVConfig = field(default_factory=MuKVConfig)
     tgvkv: TGVKVConfig = field(default_factory=TGVKVConfig)
+    redundancy: RedundancyConfig = field(default_factory=RedundancyConfig)  # still frames (issue 36), any policy
 
     def __post_init__(self) -> None:
         check_choice("memory.policy", self.policy, POLICIES)
@@ -293,9 +295,8 @@ _check_policy_sections()
 class AnswerConfig:
     """How an answer is read from the model (ROS parameters ``answer.*``)."""
 
-    # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
-    # each option's text on one cached question context; letter is what instruction-following
-    # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
+    # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores each option's text on
+    # one cached question context; letter is what instruction-following Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
     option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
     # ~/locate's second ranking (memory/locate.py, "Likelihood re-ranking"): the model reads each of the

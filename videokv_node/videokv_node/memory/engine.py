@@ -37,6 +37,7 @@ from videokv_node.memory.policy import present_in
 from videokv_node.memory.policy_host import EngineHost
 from videokv_node.memory.question import Frame
 from videokv_node.memory.question_stage import make_question_stage
+from videokv_node.memory.redundancy import StillFilter, StillIngestMixin
 from videokv_node.memory.resident_cache import ResidentCache
 from videokv_node.memory.retrieval_cache import QueryCapture, Sink, placed_cache
 from videokv_node.memory.stats import EngineStats, LatencyWindow
@@ -44,7 +45,7 @@ from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
 
 
-class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
+class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
     """A bounded KV memory of a camera stream over one Video-LLM.
 
     Guarantees, however long the stream: resident KV (sink included) never
@@ -69,10 +70,10 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.check_budget(memory)
         # full and hermes attend to the resident tier as it is: kept placed between steps (memory/resident_cache.py).
         self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
-        self._next_block_id = 0
-        self._ingested = 0
+        self._next_block_id = self._ingested = 0
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
+        self.still = StillFilter(memory.redundancy) if memory.redundancy.enabled else None  # memory/redundancy.py
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self.last_layer_token_share: list[dict[int, float]] = []  # per layer, {stamp: share of its tokens attended}
         self._context_len = 0  # largest per-layer context (sink included) of the last question
@@ -88,9 +89,8 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.policy.setup(self.host)
         self._stats = self._snapshot()
 
-    # --- run-time configuration -------------------------------------------
-    # Fields of MemoryConfig that may change while the stream runs: the rest shapes the
-    # policy, the host arena or the question stage, built once at start.
+    # --- run-time configuration: the fields of MemoryConfig that may change while the stream runs (the rest
+    # shapes the policy, the host arena, the question stage or the still filter, built once at start).
     RUNTIME_FIELDS = ("budget_tokens", "max_question_tokens", "retrieve_frames")
 
     def check_budget(self, memory: MemoryConfig) -> None:
@@ -135,6 +135,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         ``between()`` runs after each frame but the last, the memory complete up to that frame, so a
         read-only request (the worker's waiting questions) need not wait for the whole batch.
         """
+        frames = self._merge_still(frames)  # memory.redundancy: still frames extend stored ones' spans instead
         if not frames:
             return []
         t0 = time.perf_counter()
@@ -142,9 +143,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         vision_ms = elapsed_s(t0, self.adapter.device) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
         blocks = []
-        for frame in frames:
-            if frame.pose is not None:
-                self._frame_poses[(frame.camera, frame.stamp_ns)] = frame.pose
+        self._frame_poses.update(((f.camera, f.stamp_ns), f.pose) for f in frames if f.pose is not None)
         for i, (frame, feat) in enumerate(zip(frames, feats)):
             if i and between is not None:
                 between()
@@ -158,6 +157,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
                 self._enforce_caps()
             self._place_resident()
             self._ingest_ms.add(vision_ms + elapsed_s(t1, self.adapter.device) * 1e3)
+        self._note_still(blocks)
         self._prune_poses()
         self._stats = self._snapshot()
         return blocks
@@ -232,9 +232,8 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
 
     def _place(self, per_layer, targets):
         """The cache of a plan: from the resident cache (updated in place) where the policy keeps one."""
-        if self.resident is not None:
-            return self.resident.cache(per_layer, targets)
-        return placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+        resident = self.resident
+        return resident.cache(per_layer, targets) if resident is not None else placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
 
     def _place_resident(self) -> None:
         """Bring the resident cache to the next frame's encoding context now, so that the next ingest and
@@ -303,6 +302,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         with self._lock:
             self.store.clear()
             self.policy.reset()
+            self.still = None if self.still is None else StillFilter(self.still.config, self.still.frames_merged)
         if self.resident is not None:
             self.resident.clear()
         self._frame_poses = {}
@@ -333,6 +333,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
             return EngineStats(
                 policy=self.policy.name,
                 frames_ingested=self._ingested,
+                frames_merged=0 if self.still is None else self.still.frames_merged,
                 frames_evicted=self.store.evicted_blocks,
                 frames_in_memory=len(self.store),
                 tokens_resident=-(-resident_entries // n_layers),
