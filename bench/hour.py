@@ -64,7 +64,8 @@ def _index(stream, stamp_ns: int) -> int:
 
 def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
     answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
-    attended = {_index(stream, e.stamp_ns) for e in answer.evidence}
+    # A still span (issue 36) stands for every frame from its stamp to its last one.
+    attended = {f for e in answer.evidence for f in range(_index(stream, e.stamp_ns), _index(stream, e.last) + 1)}
     layers = [{_index(stream, s) for s in layer} for layer in engine.last_layer_stamps]
     found, share = group_recall(q.evidence, attended, layers)
     row.correct.append(answer.option_index == q.answer)
@@ -80,9 +81,10 @@ def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
     for t in truths:
         moments = engine.locate(LocateQuery(t.query, top_k=LOCATE_TOP_K)).moments
         shown = {f for app in t.appearances for f in app}
-        got = [_index(stream, m.stamp_ns) for m in moments]
-        row.locate_top1.append(bool(got) and got[0] in shown)
-        row.locate_top3.append(any(f in shown for f in got))
+        spans = [range(_index(stream, m.stamp_ns), _index(stream, m.last_stamp_ns or m.stamp_ns) + 1) for m in moments]
+        got = [s[-1] for s in spans]  # "when did you last see it": a still span's last frame
+        row.locate_top1.append(bool(spans) and any(f in shown for f in spans[0]))
+        row.locate_top3.append(any(f in shown for s in spans for f in s))
         row.locate_error_s.append(abs(max(got) - t.last_frame) * stream.period_s if got else float("inf"))
 
 
@@ -131,6 +133,7 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
             ms = (time.perf_counter() - t) * 1e3
             for row in served:
                 (row.ingest_first_ms if i < first else row.ingest_last_ms if i >= last else []).append(ms)
+                (row.ingest_still_ms if stream.shot_of(i).kind == "still" else row.ingest_moving_ms).append(ms)
         while pending and pending[0].ask_after == i:
             q = pending.pop(0)
             for engine, cfg, served in engines.values():
@@ -148,6 +151,7 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
             resident, offloaded = engine_bytes(engine)
             row.bytes_resident.append(resident)
             row.bytes_offloaded.append(offloaded)
+            row.encoder_calls.append(engine.stats().frames_ingested - engine.stats().frames_merged)
         engine.close()
 
 

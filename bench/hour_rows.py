@@ -25,6 +25,7 @@ from bench.accuracy import OFFLOAD_BYTES, memory_config
 from bench.long_stream import recency_config, with_preset
 from videokv_node.memory import MemoryConfig
 from videokv_node.memory.config import ReKVConfig
+from videokv_node.memory.redundancy import RedundancyConfig
 from videokv_node.vision_backend import VisionBackend
 
 SHARED_BUDGET_ROWS = ("rekv", "rekv+shared", "rekv+rerank")  # one engine serves every budget (reconfigure: exact)
@@ -75,13 +76,18 @@ class Row:
     bytes_offloaded: list[int] = field(default_factory=list)
     details: list[dict] = field(default_factory=list)  # per question: stream, question, chosen and right option
     note: str = ""
+    still: bool = False  # memory.redundancy.enabled (issue 36): still frames merged into spans
+    encoder_calls: list[int] = field(default_factory=list)  # per stream, frames the engine encoded (ingested - merged)
+    ingest_still_ms: list[float] = field(default_factory=list)  # per frame of a still shot, the row's ingest
+    ingest_moving_ms: list[float] = field(default_factory=list)  # per frame of a moving shot
 
     MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
-              "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded")
+              "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded", "encoder_calls", "ingest_still_ms",
+              "ingest_moving_ms")
 
     @property
     def key(self) -> str:
-        return f"{self.policy}/{self.preset}@{self.budget}"
+        return f"{self.policy}/{self.preset}@{self.budget}" + ("+still" if self.still else "")
 
     def median(self, name: str) -> float | None:
         values = getattr(self, name)
@@ -104,7 +110,8 @@ def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
     if row.policy == "full":
         return memory_config("full", 1.0, n, n, T, sink)
     cfg = default_config(k, T, sink) if row.policy == "default" else memory_config(row.policy, row.budget, k, n, T, sink)
-    return with_preset(cfg, row.preset) if row.preset != "robot" else cfg
+    cfg = with_preset(cfg, row.preset) if row.preset != "robot" else cfg
+    return dataclasses.replace(cfg, redundancy=RedundancyConfig(enabled=True)) if row.still else cfg
 
 
 def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str, ...], presets: tuple[str, ...],
