@@ -103,8 +103,9 @@ _MUKV = {
     "mukv.top_segments": 5,
     "mukv.over_retrieval": 2,
 }
-# TGV-KV (seed 004), a question stage any policy may use: the headline 5% retention.
-_TGVKV = {"tgvkv.keep_ratio": 0.05}
+# TGV-KV (seed 004), a question stage any policy may use: the headline 5% retention; and every seed encodes
+# every sampled frame (still frames merged at ingest are ours, issue 36: memory/redundancy.py).
+_TGVKV = {"tgvkv.keep_ratio": 0.05, "redundancy.enabled": False}
 
 PAPER = MappingProxyType({
     "full": MappingProxyType(dict(_TGVKV)),
