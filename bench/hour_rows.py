@@ -111,7 +111,7 @@ def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
         return memory_config("full", 1.0, n, n, T, sink)
     cfg = default_config(k, T, sink) if row.policy == "default" else memory_config(row.policy, row.budget, k, n, T, sink)
     cfg = with_preset(cfg, row.preset) if row.preset != "robot" else cfg
-    return dataclasses.replace(cfg, redundancy=RedundancyConfig(enabled=True)) if row.still else cfg
+    return dataclasses.replace(cfg, redundancy=RedundancyConfig(enabled=row.still))  # off unless the row says (issue 36)
 
 
 def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str, ...], presets: tuple[str, ...],

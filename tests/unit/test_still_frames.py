@@ -25,7 +25,7 @@ POLICY_CONFIGS = {
     "hermes": dict(hermes=HermesConfig(chunk_frames=2, reindex_at=0.005)),
     "mukv": dict(mukv=MuKVConfig(retrieve_patch=3, retrieve_frame=2, retrieve_segment=1)),
 }
-ON = RedundancyConfig(enabled=True)
+ON, OFF = RedundancyConfig(enabled=True), RedundancyConfig(enabled=False)
 H, W = 48, 64
 
 
@@ -160,7 +160,7 @@ def test_the_stored_frame_gone_the_next_still_frame_is_stored(tiny_adapter):
 @pytest.mark.parametrize("stage", ["none", "tgvkv"])
 def test_every_policy_stores_spans_answers_cites_and_snapshots_them(tiny_adapter, tmp_path, policy, stage):
     frames = stream("aaaattaaabbbb")
-    on, off = engine(tiny_adapter, policy, question_stage=stage), engine(tiny_adapter, policy, RedundancyConfig(), question_stage=stage)
+    on, off = engine(tiny_adapter, policy, question_stage=stage), engine(tiny_adapter, policy, OFF, question_stage=stage)
     feed(on, frames)
     feed(off, frames)
     assert on.stats().frames_merged == 9 and off.stats().frames_merged == 0
@@ -204,7 +204,7 @@ def test_locate_gives_a_spans_last_stamp(tiny_adapter):
 @pytest.mark.parametrize("policy", ["rekv", "streamkv", "mukv"])
 def test_on_equals_off_bit_for_bit_where_no_frame_is_still(tiny_adapter, policy):
     frames = random_frames(9, seed=3)  # every frame its own view
-    on, off = engine(tiny_adapter, policy, budget_frames=4), engine(tiny_adapter, policy, RedundancyConfig(), budget_frames=4)
+    on, off = engine(tiny_adapter, policy, budget_frames=4), engine(tiny_adapter, policy, OFF, budget_frames=4)
     feed(on, frames)
     feed(off, frames)
     ids = lambda e: [(b.block_id, b.stamps_ns, b.tier, b.entries) for b in e.store.blocks()]
@@ -221,7 +221,17 @@ def test_on_equals_off_bit_for_bit_where_no_frame_is_still(tiny_adapter, policy)
 
 
 def test_off_stores_one_block_per_frame_as_before(tiny_adapter):
-    e = engine(tiny_adapter, "rekv", RedundancyConfig())
+    e = engine(tiny_adapter, "rekv", OFF)
     feed(e, stream("aaaattaaab"))
     assert frame_blocks(e) == [(stamp(i), 0, 0) for i in range(10)]
     assert e.still is None and e.stats().frames_merged == 0
+
+
+def test_on_in_the_robot_preset_off_in_the_papers():
+    from videokv_node.memory.config import POLICIES
+    from videokv_node.memory.presets import preset_memory_config
+
+    assert MemoryConfig().redundancy.enabled
+    for policy in POLICIES:
+        assert preset_memory_config("robot", policy).redundancy.enabled
+        assert not preset_memory_config("paper", policy).redundancy.enabled  # every seed encodes every frame

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # memory/config.py imports this module: it stays free of torc
 class RedundancyConfig:
     """Still-frame merging at ingest (``memory.redundancy.*``; ours, issue 36)."""
 
-    enabled: bool = param(False, "still frames: a frame whose grey thumbnail matches its camera's last stored frame is not encoded; that frame's block spans it instead (ours, issue 36; off: one block per frame as before)")
+    enabled: bool = param(True, "still frames: a frame whose grey thumbnail matches its camera's last stored frame is not encoded; that frame's block spans it instead (ours, issue 36; off: one block per frame as before)")
     max_cell_diff: float = param(4.0, "still frames: the largest change of any thumbnail cell (area mean of grey, 0-255) a still frame may show against the stored frame")
     max_mean_diff: float = param(1.0, "still frames: the largest mean absolute change over the thumbnail's cells (grey levels) a still frame may show")
     grid: int = param(32, "still frames: thumbnail cells along each side (fewer where the frame has fewer pixels); larger cells average more noise away but dilute a small thing")
