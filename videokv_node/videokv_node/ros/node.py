@@ -33,8 +33,8 @@ from videokv_node.ingest.frame_intake import FrameIntake
 from videokv_node.ingest.sampler import FrameSampler
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.snapshot import SnapshotError
-from videokv_node.memory.snapshot_series import SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotError
+from videokv_node.memory.snapshot.series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
