@@ -39,7 +39,7 @@ from videokv_node.models.factory import load_adapter
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
 from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
-from videokv_node.ros.health import device_memory
+from videokv_node.runtime.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.memory_services import MemoryServices
