@@ -12,7 +12,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
 from videokv_node.ingest.pose_history import WITHOUT_POSE_REASONS
-from videokv_node.ros.health import HealthConfig, HealthMonitor, Level, ModelInfo, Status, device_memory
+from videokv_node.runtime.health import HealthConfig, HealthMonitor, Level, ModelInfo, Status, device_memory
 
 TOPIC = "/diagnostics"
 

@@ -14,7 +14,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from std_srvs.srv import Trigger
 from videokv_interfaces.srv import LoadMemory, SaveMemory
 
-from videokv_node.memory.snapshot import SnapshotError, resolve_snapshot_path
+from videokv_node.memory.snapshot.format import SnapshotError, resolve_snapshot_path
 from videokv_node.ros import snapshots
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
 

@@ -33,13 +33,13 @@ from videokv_node.ingest.frame_intake import FrameIntake
 from videokv_node.ingest.sampler import FrameSampler
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.snapshot import SnapshotError
-from videokv_node.memory.snapshot_series import SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotError
+from videokv_node.memory.snapshot.series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
 from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
-from videokv_node.ros.health import device_memory
+from videokv_node.runtime.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.memory_services import MemoryServices

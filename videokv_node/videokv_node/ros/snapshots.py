@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.snapshot import SnapshotError, SnapshotInfo, load_snapshot, resolve_snapshot_path, save_snapshot
-from videokv_node.memory.snapshot_series import LATEST, SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotError, SnapshotInfo, load_snapshot, resolve_snapshot_path, save_snapshot
+from videokv_node.memory.snapshot.series import LATEST, SnapshotSeries
 from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 
 
