@@ -14,7 +14,7 @@ from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig, ReKVConfig
 from videokv_node.memory.policies.factory import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
 from videokv_node.memory.policies.base import EncodeJob, QuestionSelection, recent_within
-from videokv_node.memory.context.retrieval_cache import top_k_blocks
+from videokv_node.memory.scoring.rekv import top_k_blocks
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 
 GEO = KVGeometry(n_layers=2, n_kv_heads=2, head_dim=4, n_q_heads=2, dtype=torch.float32)

@@ -181,16 +181,3 @@ class QueryCapture:
         finally:
             for h in handles:
                 h.remove()
-
-
-def top_k_blocks(query_mean: torch.Tensor, key_means: torch.Tensor, k: int) -> list[int]:
-    """Indices of the ``k`` best blocks for one layer, best first.
-
-    query_mean: (H_kv, D); key_means: (N, H_kv, D). Score = mean over heads of
-    q_h . k_h / sqrt(D), the scaled dot product attention would use.
-    """
-    scores = torch.einsum("hd,nhd->n", query_mean, key_means) / (key_means.shape[1] * key_means.shape[2] ** 0.5)
-    k = min(k, scores.numel())
-    # Ties broken towards the newer block (stable descending sort on reversed order) for determinism.
-    order = torch.sort(scores.flip(0), descending=True, stable=True).indices[:k]
-    return (scores.numel() - 1 - order).tolist()

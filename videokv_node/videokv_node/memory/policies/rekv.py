@@ -56,9 +56,9 @@ from __future__ import annotations
 import torch
 
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.memory.store.block_index import Candidates, fused_ranks
+from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.locate import layer_scores, query_means
+from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores, query_means
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
 
