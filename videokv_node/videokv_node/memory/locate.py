@@ -233,11 +233,3 @@ def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], F
     rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose) for m in moments]
     return sorted(rescored, key=lambda m: -m.score)[:top_k]  # a stable sort: ties keep the order given
 
-
-def best_by_likelihood(adapter, store, sink, policy, blocks: Sequence[FrameBlock], prompt: str, text: str,
-                       k: int) -> list[FrameBlock]:
-    """The ``k`` of ``blocks`` with the best ``likelihood_scores`` (ties: the order given): a question's
-    re-ranked retrieval (``memory.rekv.rerank``), each block read alone as ``~/locate`` re-ranks."""
-    scores = likelihood_scores(adapter, store, sink, policy, blocks, prompt, text)
-    order = sorted(range(len(blocks)), key=lambda i: -scores[i])  # a stable sort: ties keep the order given
-    return [blocks[i] for i in order[:k]]
