@@ -29,6 +29,7 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
@@ -159,7 +160,7 @@ class QueryCapture:
     def hook(self, layer: int):
         def _hook(module, inputs, output):  # output: (B, n, H_q * D)
             q = output[0].float().view(-1, self.n_q_heads, self.head_dim)  # (n, H_q, D)
-            self._means[layer] = q[self.rows].mean(0).view(self.n_kv_heads, -1, self.head_dim).mean(1)  # (H_kv, D)
+            self._means[layer] = query_means(q[self.rows], self.n_kv_heads)  # (H_kv, D)
             if self.keep_all:
                 self._all[layer] = q
 

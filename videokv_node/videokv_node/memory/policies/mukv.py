@@ -47,6 +47,7 @@ from videokv_node.memory.scoring.mukv import (
     keep_indices,
     semi_hierarchical_rerank,
 )
+from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.select_kv import cosine_scores
 from videokv_node.models.attention import attention_probs
 
@@ -180,9 +181,7 @@ class MuKVPolicy(MemoryPolicy):
     def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Static:
         """The three pools read from the index: per granularity, the candidates of that stream in
         creation order and their representatives, one gathered row each."""
-        geo = self.adapter.geometry
-        q = host.probe(question)[-1].float().mean(0)  # (H_q, D), last layer
-        q = q.view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)  # (H_kv * D,)
+        q = query_means(host.probe(question)[-1], self.adapter.geometry.n_kv_heads).reshape(-1)  # (H_kv * D,): the last layer's
         index = host.store.index
         order = index.by_age(candidates.mask)  # (N,) slots in creation order
         stream = index.stream.index_select(0, order)  # (N,) stream codes

@@ -58,7 +58,8 @@ import torch
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores, query_means
+from videokv_node.memory.scoring.queries import query_means
+from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
 from videokv_node.memory.policies.selection import InPass, Selection, Static

@@ -64,15 +64,8 @@ from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
 from videokv_node.memory.policies.selection import Static
 from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
-from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, select_kv
+from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, criterion, select_kv
 from videokv_node.memory.state import dtype_from_name, dtype_name
-
-
-def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
-    """(L, n, H_q, D) probe queries -> (L, H_kv * D) per-layer criterion vectors (token mean, GQA group mean)."""
-    L, _, h_q, d = queries.shape
-    q = queries.float().mean(1).view(L, n_kv_heads, h_q // n_kv_heads, d).mean(2)  # (L, H_kv, D)
-    return q.reshape(L, -1)
 
 
 @register_policy
@@ -105,7 +98,7 @@ class StreamKVPolicy(MemoryPolicy):
 
     def setup(self, host: PolicyHost) -> None:
         self.host = host  # encodes the open segment's cache (``_refresh_open``)
-        self.guidance = criterion(host.probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)
+        self.guidance = criterion(host.probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)  # (L, H_kv * D)
 
     def reset(self) -> None:
         self.segmenter.reset()

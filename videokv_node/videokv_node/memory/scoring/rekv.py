@@ -1,9 +1,9 @@
-"""ReKV's retrieval arithmetic (Di et al., ICLR 2025), pure torch: query means, block scores, fused ranks.
+"""ReKV's retrieval arithmetic (Di et al., ICLR 2025), pure torch: block scores and fused ranks.
 
 ReKV scores a block for a question by the dot product of the question's mean query with the
 block's mean key, per layer, scaled as attention scales its logits: mean over the KV heads of
 q_h . k_h / sqrt(D). Queries are pre-RoPE and averaged over the question's tokens, then over
-the query heads of each KV group (GQA); keys are the block's mean pre-RoPE key
+the query heads of each KV group (GQA: ``scoring/queries.py``); keys are the block's mean pre-RoPE key
 (``FrameBlock.key_mean``), so a score does not depend on where a block was encoded.
 
 Who calls what: the engine's in-pass retrieval (``context/question_cache.py``) ranks one layer's
@@ -18,13 +18,6 @@ from __future__ import annotations
 import torch
 
 from videokv_node.memory.scoring.top_k import top_k_stable
-
-
-def query_means(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
-    """(L, n, H_q, D) queries -> (L, H_kv, D) float32: mean over the tokens, then over the query heads
-    of each KV group (GQA): ReKV's question query per layer."""
-    L, _, H_q, D = queries.shape
-    return queries.float().mean(1).view(L, n_kv_heads, H_q // n_kv_heads, D).mean(2)
 
 
 def layer_scores(q_means: torch.Tensor, key_means: torch.Tensor) -> torch.Tensor:

@@ -37,7 +37,15 @@ from collections.abc import Sequence
 
 import torch
 
+from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.top_k import top_k_newest, top_values
+
+
+def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+    """(L, n, H_q, D) probe queries -> (L, H_kv * D): each layer's criterion c, the text's mean query per
+    KV head (``scoring/queries.py``) with the heads concatenated (Eq. 3: "we do not distinguish between
+    attention heads")."""
+    return query_means(queries, n_kv_heads).reshape(queries.shape[0], -1)
 
 
 def cosine_scores(reps: torch.Tensor, criterion: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
