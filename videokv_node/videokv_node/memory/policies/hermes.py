@@ -61,6 +61,7 @@ from videokv_node.memory.config import ConfigError
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, present_in
 from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.scoring.top_k import top_k_stable
 from videokv_node.memory.context.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (
     cross_layer_smooth,
@@ -274,9 +275,8 @@ class HermesPolicy(MemoryPolicy):
             n_keep = self._regular_budget(layer) - self.headroom  # room for the rest of the next chunk
             if ids[layer].numel() <= n_keep:
                 continue
-            order = torch.sort(smoothed[layer], descending=True, stable=True).indices
             kept = torch.zeros(ids[layer].numel(), dtype=torch.bool)
-            kept[order[:n_keep]] = True
+            kept[top_k_stable(smoothed[layer], n_keep)] = True  # ties: the earlier token
             at = 0
             for block in blocks:
                 t = block.layer_tokens(layer)

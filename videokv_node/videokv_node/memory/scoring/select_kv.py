@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import torch
 
 from videokv_node.memory.scoring.queries import query_means
-from videokv_node.memory.scoring.top_k import top_k_newest, top_values
+from videokv_node.memory.scoring.top_k import top_k_newest, top_k_stable, top_values
 
 
 def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
@@ -123,8 +123,7 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     cums = _leading_cumulative(scores, max(1, total - len(nonempty)))
     if total <= len(nonempty):
         tops = torch.stack([cums[layer][0] for layer in nonempty]) if nonempty else torch.zeros(0)  # (L',)
-        # Stable descending sort keeps layer order among equal tops.
-        for i in torch.sort(tops, descending=True, stable=True).indices[:total].tolist():
+        for i in top_k_stable(tops, total).tolist():  # equal tops: the lower layer
             budgets[nonempty[i]] = 1
         return budgets
     for layer in nonempty:
