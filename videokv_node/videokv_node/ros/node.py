@@ -45,7 +45,8 @@ from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.memory_services import MemoryServices
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.ros.pose_intake import PoseIntake, check_available
-from videokv_node.ros.status import Counters, StatusPublishers
+from videokv_node.ros.status import StatusPublishers
+from videokv_node.runtime.counters import Counters
 from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 from videokv_node.vision.selection import attach_vision_backend
