@@ -16,6 +16,7 @@ from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig, ReKVConfig
 from videokv_node.memory.policies.factory import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
 from videokv_node.memory.policies.base import EncodeJob, recent_within
+from videokv_node.memory.context.question_cache import question_context
 from videokv_node.memory.policies.selection import InPass, Static
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.scoring.rekv import top_k_blocks
@@ -166,7 +167,7 @@ def test_policy_offload_flags():
 
 def test_selections_by_mode():
     """A static set adds blocks in every layer; an in-pass retrieval whose pool fits in k is a static set
-    of its fixed blocks and the pool; a bad k or query is refused."""
+    of its fixed blocks and the pool; a static set for another number of layers, a bad k or query is refused."""
     store = store_with([4] * 4)
     b = {x.block_id: x for x in store.blocks()}
     s = Static.everywhere([b[0]], GEO.n_layers).plus([b[3]])
@@ -175,6 +176,8 @@ def test_selections_by_mode():
     fits = InPass((b[3],), pool, 2).settled(GEO.n_layers)
     assert isinstance(fits, Static) and [ids(layer) for layer in fits.per_layer] == [[3, 1, 2]] * GEO.n_layers
     assert InPass((b[3],), pool, 1).settled(GEO.n_layers).pool is pool
+    with pytest.raises(RuntimeError, match="names 1 layers; the model has 2"):
+        question_context(Static.everywhere([b[0]], 1), ADAPTER, store, None, None, None, None)
     with pytest.raises(ValueError, match="k must be >= 0"):
         InPass((), pool, -1)
     with pytest.raises(ValueError, match="query must be one of"):

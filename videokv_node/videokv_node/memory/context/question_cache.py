@@ -40,12 +40,14 @@ class QuestionContext:
 
 def question_context(selection: Selection, adapter: VideoLLMAdapter, store: BlockStore, sink: Sink, layout: Layout,
                      place: Place, capture: QueryCapture) -> QuestionContext:
-    """The cache ``selection`` asks for, with what it attends to. Refuses (RuntimeError) an ``InPass``
-    over compressed or unequal blocks."""
+    """The cache ``selection`` asks for, with what it attends to. Refuses (RuntimeError) a ``Static`` set
+    that does not name every layer once, and an ``InPass`` over compressed or unequal blocks."""
     n_layers = adapter.geometry.n_layers
     if isinstance(selection, InPass):
         selection = selection.settled(n_layers)
     if isinstance(selection, Static):
+        if len(selection.per_layer) != n_layers:
+            raise RuntimeError(f"the policy's selection names {len(selection.per_layer)} layers; the model has {n_layers}")
         per_layer = [sorted((b for b in blocks if b.layers[l] is not None), key=lambda b: b.order)
                      for l, blocks in enumerate(selection.per_layer)]
         targets, next_pos = layout(sink.n_tokens, per_layer)
