@@ -22,7 +22,7 @@ from videokv_node.memory.context.attended import attended_frames, evidence_of
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.clock import elapsed_s
-from videokv_node.memory.config import OPTION_SCORINGS
+from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, check_choice
 from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
                                         rerank_by_likelihood)
@@ -96,8 +96,10 @@ class AnsweringMixin:
         text is generated and ``ttft_s`` is the time to the scores.
         """
         scoring = option_scoring or self.generation.answer.option_scoring
-        if scoring not in OPTION_SCORINGS:
-            raise RequestError(f"unknown option scoring {scoring!r}; use one of {OPTION_SCORINGS}")
+        try:
+            check_choice("option_scoring", scoring, OPTION_SCORINGS)  # one check, one message: config_base.check_choice
+        except ConfigError as exc:
+            raise RequestError(f"unknown option scoring: {exc}") from None
         if question.options and scoring == "likelihood":
             return self._ask_by_likelihood(question, on_token)
         t0 = time.perf_counter()
