@@ -15,7 +15,7 @@ from tests.unit.helpers import random_frames
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import ConfigError, HermesConfig, MuKVConfig, StreamKVConfig
 from videokv_node.memory.redundancy import RedundancyConfig, StillFilter, is_still, thumbnail
-from videokv_node.memory.snapshot import load_snapshot, save_snapshot
+from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
 from videokv_node.pose import Pose, yaw_quaternion
 
 POLICY_CONFIGS = {

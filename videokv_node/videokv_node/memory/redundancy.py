@@ -45,7 +45,7 @@ import numpy as np
 from videokv_node.config_base import ConfigError, param
 
 if TYPE_CHECKING:  # memory/config.py imports this module: it stays free of torch at import
-    from videokv_node.memory.block import FrameBlock
+    from videokv_node.memory.store.block import FrameBlock
     from videokv_node.memory.question import Frame
     from videokv_node.pose import Pose
 
