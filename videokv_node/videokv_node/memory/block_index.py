@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import torch
 
 from videokv_node.memory.block import FrameBlock, Tier, newest_within
+from videokv_node.memory.contrast import contrasted_key_means
 from videokv_node.models.adapter import KVGeometry
 
 TIER_CODE = {Tier.RESIDENT: 0, Tier.OFFLOADED: 1}
@@ -260,22 +261,21 @@ class BlockIndex:
         scores = (keys.reshape(keys.shape[0], -1) @ query_mean.to(keys).reshape(-1)) / (keys.shape[1] * keys.shape[2] ** 0.5)
         return top_k_slots(scores, mask, self.block_id, k)
 
-    def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
+    def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int, contrast: int = 0) -> torch.Tensor:
         """The slots of the ``k`` best blocks of ``mask`` for all layers at once, best first.
 
         Each layer scores the blocks of ``mask`` as ``top_k`` does (query_means[l]: that layer's
-        (H, D) query) and ranks them from 0 (the best; equal scores: the newer block first, a
+        (H, D) query; ``contrast`` w > 0: against each block's mean key less its 2w neighbours' mean,
+        ``memory/contrast.py``) and ranks them from 0 (the best; equal scores: the newer block first, a
         layer where a block keeps no tokens ranks it after all that keep some); a block's fused
         score is the mean over the layers of 1 / (1 + its rank) (reciprocal-rank fusion with no
         offset: ``memory.rekv.selection: shared``). Top-k of the fused score, ties to the newer
-        block (the order of equal fused scores too). One batched product and one sort per layer.
-        """
+        block (the order of equal fused scores too). One batched product and one sort per layer."""
         slots = mask.nonzero().flatten()
         if min(k, n := slots.numel()) == 0:
             return self.block_id.new_zeros(0)
-        L = self.n_layers
-        ids = self.block_id.index_select(0, slots)
-        keys = self.key_mean.index_select(1, slots).reshape(L, n, -1)  # (L, n, H * D)
+        L, ids = self.n_layers, self.block_id.index_select(0, slots)
+        keys = contrasted_key_means(self, slots, contrast).reshape(L, n, -1)  # (L, n, H * D)
         scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
         fused = fused_ranks(scores, ids)

@@ -87,6 +87,7 @@ class ReKVConfig:
     selection: str = param("shared", "ReKV: each layer retrieves its own top-k inside the question's pass (layer, ReKV's, the paper preset) or one top-k for all layers, the layers' rankings of the question probe fused (shared, ours, robot: docs/POLICIES.md)", choices=REKV_SELECTIONS)
     rerank: int = param(0, "ReKV, selection shared (ours, not ReKV's): the fused ranking's best N x retrieve_frames blocks are shortlisted, its first rerank_keep of retrieve_frames kept and the rest chosen by the question's likelihood about each block alone (as ~/locate re-ranks, with answer.locate_prompt); 0: off", zero_ok=True)
     rerank_keep: float = param(0.5, "ReKV re-ranking: the share of retrieve_frames taken in the fused ranking's order before the likelihood chooses the rest", fraction=True)
+    contrast: int = param(0, "ReKV, selection shared and ~/locate (ours, not ReKV's): score each block's mean key less the mean of its w neighbours on each side in time (same camera), so what a frame shares with its shot cancels; 0: off, ReKV's mean key", zero_ok=True)
 
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
@@ -94,6 +95,8 @@ class ReKVConfig:
         if self.rerank < 0:
             raise ConfigError(f"memory.rekv.rerank must be >= 0 (0: off), got {self.rerank}")
         check_fraction("memory.rekv", "rerank_keep", self.rerank_keep)
+        if self.contrast < 0:
+            raise ConfigError(f"memory.rekv.contrast must be >= 0 (0: off), got {self.contrast}")
 
 
 @policy_config("streamkv")

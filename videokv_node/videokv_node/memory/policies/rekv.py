@@ -39,6 +39,12 @@ the shape?" on videokv-tiny), which the kept share guards. Costs one short read 
 (N x ``retrieve_frames`` minus the kept; blocks of one size batched), over the prompt sink and that block:
 bounded by N, not by the memory.
 
+Contrast (``memory.rekv.contrast`` w > 0, with ``selection: shared`` and for ``~/locate``; ours, not
+ReKV's): each block is scored by its mean key less the mean of its w neighbours on each side in time
+(``memory/contrast.py``). Why: on an hour of real footage the mean key is decided by the shot a frame
+belongs to, and a thing seen in one or two frames of a shot never ranked among the retrieved (issue 32;
+docs/POLICIES.md, "rekv: contrast"). The paper preset keeps ReKV's own mean key (0).
+
 Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
 heads of each KV group and then over groups; retrieval happens inside the
@@ -58,9 +64,10 @@ import torch
 from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.block_index import Candidates, fused_ranks
 from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.contrast import contrasted_key_means
 from videokv_node.memory.locate import layer_scores, query_means
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
+from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, recent_resident, recent_within
 
 
 @register_policy
@@ -95,18 +102,26 @@ class ReKVPolicy(MemoryPolicy):
                 return QuestionSelection(fixed=recent)
             q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
             k = self.config.retrieve_frames
-            ranked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank)))  # best first
+            ranked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank), rekv.contrast))  # best first
             keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
             if not rekv.rerank or len(ranked) <= k or keep >= k:
                 return QuestionSelection(fixed=recent + ranked[:k])
             return QuestionSelection(fixed=recent + ranked[:keep], reread=ranked[keep:], reread_k=k - keep)
         return QuestionSelection(fixed=recent, pool_set=pool, k=self.config.retrieve_frames, query=rekv.query)
 
+    def setup(self, host: PolicyHost) -> None:
+        self._store = host.store  # read by locate_scores under ``rekv.contrast`` (the index's neighbours)
+
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         if not candidates:
             return None
         q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
-        key_means = torch.stack([b.key_mean for b in candidates]).to(q.device)  # (N, L, H_kv, D); kept on the host
+        if w := self.config.rekv.contrast:  # every candidate against its neighbours, as a question ranks them
+            index = self._store.index
+            slots = torch.tensor([index.slot_of[b.block_id] for b in candidates], device=index.device)
+            key_means = contrasted_key_means(index, slots, w).transpose(0, 1).to(q.device)  # (N, L, H_kv, D)
+        else:
+            key_means = torch.stack([b.key_mean for b in candidates]).to(q.device)  # (N, L, H_kv, D); kept on the host
         scores = layer_scores(q, key_means)  # (N, L)
         if self.config.rekv.selection == "shared":  # the ranking a question retrieves by
             absent = torch.tensor([[layer is None for layer in b.layers] for b in candidates], device=scores.device)
