@@ -92,11 +92,9 @@ class ReKVConfig:
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
         check_choice("memory.rekv.selection", self.selection, REKV_SELECTIONS)
-        if self.rerank < 0:
-            raise ConfigError(f"memory.rekv.rerank must be >= 0 (0: off), got {self.rerank}")
+        if min(self.rerank, self.contrast) < 0:
+            raise ConfigError(f"memory.rekv.rerank and memory.rekv.contrast must be >= 0 (0: off), got {self.rerank} and {self.contrast}")
         check_fraction("memory.rekv", "rerank_keep", self.rerank_keep)
-        if self.contrast < 0:
-            raise ConfigError(f"memory.rekv.contrast must be >= 0 (0: off), got {self.contrast}")
 
 
 @policy_config("streamkv")
