@@ -29,7 +29,7 @@ from videokv_node.vision_backend import VisionBackend
 
 CONTRAST = 3  # memory.rekv.contrast of the +contrast rows: w = 3 ranked the things best (docs/notes/2026-11-27-issue32-robots-hour.md)
 # Rows of this bench only, besides bench.accuracy's POLICIES: ReKV's shared selection with the temporal contrast
-# (memory/contrast.py), with the likelihood re-ranking too, and the node's default with it.
+# (memory/scoring/contrast.py), with the likelihood re-ranking too, and the node's default with it.
 HOUR_POLICIES = ("rekv+contrast", "rekv+contrast+rerank", "default+contrast")
 
 

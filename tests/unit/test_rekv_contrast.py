@@ -17,9 +17,8 @@ from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block
 from tests.unit.test_rekv_shared import _question_queries, fused_reference
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
-from videokv_node.memory.contrast import contrasted_key_means
 from videokv_node.memory.locate import LocateQuery
 
 
@@ -49,7 +48,7 @@ def _store(values: list[float], cameras: list[str] | None = None) -> tuple[Block
 
 def _contrasted(store: BlockStore, ids: list[int], w: int) -> list[float]:
     slots = torch.tensor([store.index.slot_of[i] for i in ids])
-    return [float(x) for x in contrasted_key_means(store.index, slots, w)[0, :, 0, 0]]
+    return [float(x) for x in store.index.contrasted_key_means(slots, w)[0, :, 0, 0]]
 
 
 def test_contrast_hand_computed():
@@ -73,9 +72,9 @@ def test_a_lone_block_keeps_its_mean_key_and_a_free_slot_is_refused():
     store.evict(held[0])
     assert _contrasted(store, [1], 2) == [6.0]
     with pytest.raises(ValueError, match="holds no block"):
-        contrasted_key_means(store.index, torch.tensor([store.index.capacity - 1]), 1)
+        store.index.contrasted_key_means(torch.tensor([store.index.capacity - 1]), 1)
     with pytest.raises(ValueError, match=">= 0"):
-        contrasted_key_means(store.index, torch.tensor([store.index.slot_of[1]]), -1)
+        store.index.contrasted_key_means(torch.tensor([store.index.slot_of[1]]), -1)
 
 
 @settings(max_examples=60, deadline=None)
@@ -104,7 +103,7 @@ def test_contrast_equals_the_list_walk(n, w, seed, evict):
         held.append(b2)
     expected = contrast_reference(held, w)
     asked = rng.sample(held, rng.randint(1, len(held)))
-    got = contrasted_key_means(store.index, torch.tensor([store.index.slot_of[b.block_id] for b in asked]), w)
+    got = store.index.contrasted_key_means(torch.tensor([store.index.slot_of[b.block_id] for b in asked]), w)
     for j, b in enumerate(asked):
         torch.testing.assert_close(got[:, j].double(), expected[b.block_id], atol=1e-5, rtol=1e-5)
 

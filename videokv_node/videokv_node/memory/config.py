@@ -31,7 +31,8 @@ HERMES_PSEUDO_MODES, HERMES_SCHEDULE_ENDS = ("probe", "live"), ("last_middle", "
 HERMES_BUDGET_RULES, HERMES_RECENCY = ("hard_cap", "script"), ("frame", "token")
 HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
-OPTION_SCORINGS = ("likelihood", "letter")
+OPTION_SCORINGS = ("likelihood", "letter")  # how a multiple-choice question is read: the one list (engine, node, Spava, eval)
+DEFAULT_OPTION_SCORING = OPTION_SCORINGS[0]  # answer.option_scoring's default, and a Spava question's without one
 GRANULARITIES = ("patch", "frame", "segment")
 
 # StreamKV's key elements of a segment (paper, "KV Compression via Guidance Prompt").
@@ -79,8 +80,7 @@ declare_policy("full")  # keeps every frame until the budget, then evicts the ol
 @policy_config("rekv")
 @dataclass(slots=True)
 class ReKVConfig:
-    """ReKV (the baseline; Di et al., ICLR 2025, public code Becomebright/ReKV), its question-time choices.
-    Its retrieval count and window are MemoryConfig's own (``retrieve_frames``, ``local_window_tokens``)."""
+    """ReKV (the baseline; Di et al., ICLR 2025, code Becomebright/ReKV), its question-time choices; its retrieval count and window are MemoryConfig's."""
 
     query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
     question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
@@ -297,7 +297,7 @@ class AnswerConfig:
     # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
     # each option's text on one cached question context; letter is what instruction-following
     # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
-    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
+    option_scoring: str = param(DEFAULT_OPTION_SCORING, f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
     # ~/locate's second ranking (memory/locate.py, "Likelihood re-ranking"): the model reads each of the
     # first ranking's best frames alone; 0 keeps the first ranking (one probe or prefill, no more).

@@ -6,7 +6,7 @@ from any thread. The flow, ReKV's, with the policy deciding at each step:
     frame -> vision tower -> policy.on_frame -> encode jobs
           -> decoder over [sink + policy.encoding_context] -> blocks -> policy.after_encode (compression)
           -> BlockStore -> caps enforced (policy picks the victims)
-    question -> candidates (camera / time filter) -> policy.question_selection
+    question -> candidates (camera / time filter) -> policy.select -> Static | InPass
              -> one prefill pass, each layer attending to its own blocks
              -> question stage (TGV-KV eviction) -> answer
 
@@ -26,19 +26,19 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory.answering import AnsweringMixin
-from videokv_node.memory.block import FrameBlock, LayerKV, Tier
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
-from videokv_node.memory.encoding import EncodeJob, Unit
+from videokv_node.memory.context.encoding import EncodeJob, Unit
 from videokv_node.memory.engine_state import EngineStateMixin
-from videokv_node.memory.policies import make_policy
-from videokv_node.memory.policy import present_in
-from videokv_node.memory.policy_host import EngineHost
+from videokv_node.memory.policies.factory import make_policy
+from videokv_node.memory.policies.base import present_in
+from videokv_node.memory.policies.host import EngineHost
 from videokv_node.memory.question import Frame
-from videokv_node.memory.question_stage import make_question_stage
-from videokv_node.memory.resident_cache import ResidentCache
-from videokv_node.memory.retrieval_cache import QueryCapture, Sink, placed_cache
+from videokv_node.memory.context.question_stage import make_question_stage
+from videokv_node.memory.context.resident_cache import ResidentCache
+from videokv_node.memory.context.retrieval_cache import QueryCapture, Sink, placed_cache
 from videokv_node.memory.stats import EngineStats, LatencyWindow
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
@@ -67,7 +67,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
         self.sink = self._encode_sink()
         self.check_budget(memory)
-        # full and hermes attend to the resident tier as it is: kept placed between steps (memory/resident_cache.py).
+        # full and hermes attend to the resident tier as it is: kept placed between steps (memory/context/resident_cache.py).
         self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
         self._next_block_id = 0
         self._ingested = 0
@@ -83,8 +83,8 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self._frame_poses: dict[tuple[str, int], Pose] = {}
         self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
-        # What the policy may ask of the engine (memory/policy_host.py): never the engine itself.
-        self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe)
+        # What the policy may ask of the engine (memory/policies/host.py): never the engine itself.
+        self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe, self.read_alone)
         self.policy.setup(self.host)
         self._stats = self._snapshot()
 

@@ -15,7 +15,7 @@ A question then builds its candidate set as one boolean mask (camera, time windo
 scores every slot with one matrix product per layer and takes top-k on the device;
 Python touches only the k blocks picked. Selection semantics are the policies' own:
 candidates are ordered by block id (creation order, the order ``BlockStore.blocks()``
-gives), and the tie rules of ``retrieval_cache.top_k_blocks`` and ``select_kv`` hold.
+gives), and the tie rules of ``scoring/rekv.py`` ``top_k_blocks`` and ``select_kv`` hold.
 
 Creation order is kept, not recomputed (issue 16): an order tensor lists the slots in the
 order their blocks entered, a freed slot's entry is marked dead where it stands and the
@@ -30,8 +30,10 @@ from collections.abc import Sequence
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier, newest_within
-from videokv_node.memory.contrast import contrasted_key_means
+from videokv_node.memory.scoring.contrast import temporal_contrast
+from videokv_node.memory.scoring.rekv import block_scores, fused_ranks
+from videokv_node.memory.scoring.top_k import top_k_masked
+from videokv_node.memory.store.block import FrameBlock, Tier, newest_within
 from videokv_node.models.adapter import KVGeometry
 
 TIER_CODE = {Tier.RESIDENT: 0, Tier.OFFLOADED: 1}
@@ -252,63 +254,53 @@ class BlockIndex:
     def top_k(self, query_mean: torch.Tensor, layer: int, mask: torch.Tensor, k: int) -> torch.Tensor:
         """The slots of the ``k`` best blocks of ``mask`` for one layer (any order).
 
-        Score = mean over heads of q_h . k_h / sqrt(D), as ``retrieval_cache.top_k_blocks``,
-        over every slot in one product; ties at the cut go to the newer block, as there.
+        Score: ReKV's, ``scoring/rekv.py`` ``block_scores``, over every slot in one product; ties at
+        the cut go to the newer block, as in ``top_k_blocks`` there.
         query_mean: (H, D).
         """
-        keys = self.key_mean[layer]  # (C, H, D)
-        # One matrix-vector product, (C, H * D) @ (H * D,): einsum over (C, H, D) was 100x slower at 16k slots.
-        scores = (keys.reshape(keys.shape[0], -1) @ query_mean.to(keys).reshape(-1)) / (keys.shape[1] * keys.shape[2] ** 0.5)
-        return top_k_slots(scores, mask, self.block_id, k)
+        return top_k_masked(block_scores(query_mean, self.key_mean[layer]), mask, self.block_id, k)
 
     def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int, contrast: int = 0) -> torch.Tensor:
         """The slots of the ``k`` best blocks of ``mask`` for all layers at once, best first.
 
         Each layer scores the blocks of ``mask`` as ``top_k`` does (query_means[l]: that layer's
-        (H, D) query; ``contrast`` w > 0: against each block's mean key less its 2w neighbours' mean,
-        ``memory/contrast.py``) and ranks them from 0 (the best; equal scores: the newer block first, a
+        (H, D) query; ``contrast`` w > 0: against ``contrasted_key_means``, ``memory.rekv.contrast``)
+        and ranks them from 0 (the best; equal scores: the newer block first, a
         layer where a block keeps no tokens ranks it after all that keep some); a block's fused
         score is the mean over the layers of 1 / (1 + its rank) (reciprocal-rank fusion with no
         offset: ``memory.rekv.selection: shared``). Top-k of the fused score, ties to the newer
-        block (the order of equal fused scores too). One batched product and one sort per layer."""
+        block (the order of equal fused scores too). One batched product and one sort per layer.
+        """
         slots = mask.nonzero().flatten()
         if min(k, n := slots.numel()) == 0:
             return self.block_id.new_zeros(0)
-        L, ids = self.n_layers, self.block_id.index_select(0, slots)
-        keys = contrasted_key_means(self, slots, contrast).reshape(L, n, -1)  # (L, n, H * D)
+        L = self.n_layers
+        ids = self.block_id.index_select(0, slots)
+        keys = self.contrasted_key_means(slots, contrast).reshape(L, n, -1)  # (L, n, H * D); contrast 0: as held
         scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
         fused = fused_ranks(scores, ids)
-        best = top_k_slots(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
+        best = top_k_masked(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
         best = best[torch.argsort(ids[best], descending=True)]  # newer first, then stably by the fused score:
         return slots.index_select(0, best[torch.sort(fused[best], descending=True, stable=True).indices])
 
-
-def fused_ranks(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """(n,) float64 mean over layers of 1 / (1 + rank), from (L, n) per-layer scores of n blocks
-    with ids ``ids``: rank 0 is a layer's highest score, equal scores rank the newer (higher id)
-    block first, -inf (a layer the block does not keep) ranks after every finite score."""
-    L, n = scores.shape
-    # Sort by id descending, then stably by score descending: equal scores keep the newer first.
-    by_id = torch.argsort(ids, descending=True)
-    order = by_id[torch.sort(scores[:, by_id], dim=1, descending=True, stable=True).indices]  # (L, n)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(L, n))
-    return (1.0 / (1.0 + rank.double())).mean(0)
-
-
-def top_k_slots(scores: torch.Tensor, mask: torch.Tensor, block_id: torch.Tensor, k: int) -> torch.Tensor:
-    """(min(k, count),) slots of the ``k`` highest ``scores`` among ``mask``; equal scores at the cut
-    go to the higher block id (the newer block)."""
-    k = min(k, int(mask.sum()))
-    if k == 0:
-        return block_id.new_zeros(0)
-    vals = scores.masked_fill(~mask, float("-inf"))
-    cut = torch.topk(vals, k).values[-1]
-    above = (vals > cut) & mask
-    ties = (vals == cut) & mask
-    need = k - int(above.sum())
-    tied = torch.topk(torch.where(ties, block_id, torch.full_like(block_id, -1)), need).indices
-    return torch.cat([above.nonzero().flatten(), tied])
+    def contrasted_key_means(self, slots: torch.Tensor, w: int) -> torch.Tensor:
+        """(L, n, H, D) float32: the mean keys of ``slots`` ((n,) held slots), each less the mean of its up to ``w``
+        neighbours on each side among the held blocks of its camera and stream in creation order
+        (``scoring/contrast.py``, ``memory.rekv.contrast``); ``w`` 0: the mean keys as held. O(held blocks)."""
+        if w == 0 or slots.numel() == 0:
+            return self.key_mean.index_select(1, slots)
+        held = self.ordered()  # (M,) creation order
+        group = self.camera.index_select(0, held) * (len(self._codes) + 1) + self.stream.index_select(0, held)
+        group, perm = torch.sort(group, stable=True)  # grouped by (camera, stream), creation order inside a group
+        seq = held.index_select(0, perm)  # (M,)
+        contrasted = temporal_contrast(self.key_mean.index_select(1, seq), group, w)  # (L, M, H, D)
+        where = torch.full((self.capacity,), -1, dtype=torch.long, device=self.device)
+        where[seq] = torch.arange(seq.numel(), device=self.device)
+        rows = where.index_select(0, slots)
+        if bool((rows < 0).any()):
+            raise ValueError("contrasted_key_means: a slot that holds no block")
+        return contrasted.index_select(1, rows)
 
 
 class Candidates:
