@@ -20,6 +20,7 @@ from typing import Any
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, Question
 from videokv_node.pose import Pose
+from videokv_node.runtime.heap_trim import HeapTrim
 
 
 class WorkerBusy(RuntimeError):
@@ -55,6 +56,10 @@ class ModelWorker:
     frame dropped from a full queue or by ``reset`` is never looked up. The pose the lookup
     returns is the one the engine stores with the frame's block.
 
+    After each ingest batch and each request the worker gives the C heap's free pages back once
+    RSS grew by more than ``heap_trim_bytes`` (``runtime/heap_trim.py``; 0: never), after a
+    request's result is delivered: the node's RSS stays flat under load.
+
     Invariants: the frame queue never holds more than ``queue_size`` frames
     (the oldest is dropped and counted when a new one arrives); at most
     ``max_pending_jobs`` questions/resets wait; after ``stop()`` returns the
@@ -69,6 +74,7 @@ class ModelWorker:
         on_ingest_error: Callable[[Exception], None] | None = None,
         max_batch: int = 1,
         pose_lookup: Callable[[int], Pose | None] | None = None,
+        heap_trim_bytes: int = 16 << 20,
     ) -> None:
         if queue_size <= 0 or max_pending_jobs <= 0 or max_batch <= 0:
             raise ValueError("queue_size, max_pending_jobs and max_batch must be > 0")
@@ -87,6 +93,7 @@ class ModelWorker:
         self.frames_failed = 0  # raised inside the engine; written by the worker thread only
         # camera -> {"ingested", "overflowed", "failed"} -> frames; written under _cond, read by camera_counts()
         self._per_camera: dict[str, Counter] = {}
+        self.heap = HeapTrim(heap_trim_bytes)  # used by the worker thread only
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
         self._thread.start()
 
@@ -179,6 +186,7 @@ class ModelWorker:
                 frames = [] if job else [self._frames.popleft() for _ in range(min(self.max_batch, len(self._frames)))]
             if job is not None:
                 self._run_job(job)
+                self.heap.maybe_trim()
                 continue
             try:
                 self._resolve_poses(frames)
@@ -190,6 +198,7 @@ class ModelWorker:
                 self._count(frames, "failed")
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
+            self.heap.maybe_trim()
 
     @staticmethod
     def _run_job(job: _Job) -> None:
@@ -207,6 +216,7 @@ class ModelWorker:
                     return
                 job = self._jobs.popleft()
             self._run_job(job)
+            self.heap.maybe_trim()
 
     def _resolve_poses(self, frames: list[Frame]) -> None:
         """Give each frame without a pose the pose at its stamp, as late as possible: right before ingest.
