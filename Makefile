@@ -74,7 +74,7 @@ bag: setup
 	. ./env.sh && python -m videokv_node.eval.make_bag --robot --out $(BAG) --questions $(BAG).json
 
 demo: build
-	. ./env.sh && python -m videokv_node.ros.demo --model $(MODEL) --policy $(POLICY)
+	. ./env.sh && python -m videokv_node.programs.demo --model $(MODEL) --policy $(POLICY)
 
 bench: build
 	. ./env.sh && python -m bench.run

@@ -71,8 +71,8 @@ def run(stream, questions, truths, params: dict, log_path: Path) -> dict:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
-    from videokv_node.ros.client import MemoryClient
-    from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
+    from videokv_node.programs.client import MemoryClient
+    from videokv_node.programs.launcher import NodeProcess, isolated_ros_env
 
     env = isolated_ros_env()
     os.environ.update(env)

@@ -36,8 +36,8 @@ from rclpy.context import Context
 
 from bench.machine import describe
 from bench.report import log, run_table, table, update_document
-from videokv_node.ros.client import MemoryClient
-from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
+from videokv_node.programs.client import MemoryClient
+from videokv_node.programs.launcher import NodeProcess, isolated_ros_env
 
 REPO = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -21,7 +21,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
 from videokv_node.ros.conversions import ns_to_time
-from videokv_node.ros.synthetic_camera import compressed_msg, image_msg
+from videokv_node.programs.synthetic_camera import compressed_msg, image_msg
 from videokv_node.synthetic import SyntheticScene
 
 DISTINCT_FRAMES = 30  # pre-rendered and cycled: the scene moves, memory costs stay small

@@ -33,7 +33,7 @@ from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import POLICIES, HermesConfig  # every declared policy
-from videokv_node.memory.policy import EncodeJob
+from videokv_node.memory.policies.base import EncodeJob
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
 from bench import real_size, report

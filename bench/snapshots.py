@@ -12,7 +12,7 @@ the files of the periodic snapshot that are not hard links to the base's) and by
 
 Then the disk a robot needs, computed from each model's KV geometry (no model run,
 ``periodic_bytes``), for a memory full to the default caps. Every periodic snapshot writes
-(``memory/snapshot.py``):
+(``memory/snapshot/format.py``):
 
 - a new segment with the blocks new since the previous snapshot: per frame, its K/V
   (2 x layers x KV heads x head dim x dtype bytes per token), the stored token indices (8 bytes
@@ -50,9 +50,9 @@ from bench.machine import describe
 from bench.report import load_text, size, table, update_document
 from bench.workload import stream
 from videokv_node.memory import GenerationConfig, MemoryConfig, VideoMemoryEngine
-from videokv_node.memory.snapshot import COMPACT_BELOW, prepare_snapshot
-from videokv_node.memory.snapshot_files import MANIFEST
-from videokv_node.memory.snapshot_pack import STATE, block_entry
+from videokv_node.memory.snapshot.format import COMPACT_BELOW, prepare_snapshot
+from videokv_node.memory.snapshot.files import MANIFEST
+from videokv_node.memory.snapshot.pack import STATE, block_entry
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bench" / "snapshots.md"

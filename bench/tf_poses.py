@@ -44,10 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
-    from videokv_node.ros.client import MemoryClient
+    from videokv_node.programs.client import MemoryClient
     from videokv_node.ros.conversions import time_to_ns
-    from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
-    from videokv_node.ros.synthetic_camera import image_msg
+    from videokv_node.programs.launcher import NodeProcess, isolated_ros_env
+    from videokv_node.programs.synthetic_camera import image_msg
 
     env = isolated_ros_env()
     env["OMP_NUM_THREADS"] = "1"

@@ -3,7 +3,7 @@
 # scripts/build_ws.sh at image build time, then the node. Installs and downloads nothing.
 #
 #   docker run ... videokv --ros-args -p model:=/models/x   the node, with these arguments
-#   docker run ... videokv python -m videokv_node.ros.demo  any command, in the same environment
+#   docker run ... videokv python -m videokv_node.programs.demo  any command, in the same environment
 set -eo pipefail  # not -u: ROS 2's setup.bash reads unset variables
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

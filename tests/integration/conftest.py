@@ -17,7 +17,7 @@ def ros():
     from rclpy.context import Context
 
     import rclpy
-    from videokv_node.ros.launcher import isolated_ros_env
+    from videokv_node.programs.launcher import isolated_ros_env
 
     env = isolated_ros_env()
     env["OMP_NUM_THREADS"] = "1"  # tiny model: threads only contend with this process on 2 cores

@@ -15,7 +15,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import NS, RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 PARAMS = {
     "model": "tiny",

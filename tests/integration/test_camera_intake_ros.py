@@ -19,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 
 from videokv_node.ros.conversions import ns_to_time  # noqa: E402
-from videokv_node.ros.synthetic_camera import compressed_msg, image_msg  # noqa: E402
+from videokv_node.programs.synthetic_camera import compressed_msg, image_msg  # noqa: E402
 
 from .test_node_ros import RELIABLE, bad_image, running_node, wait_subscribed  # noqa: E402
 

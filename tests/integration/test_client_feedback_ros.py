@@ -25,7 +25,7 @@ from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from videokv_interfaces.action import AskVideo as AskVideoAction  # noqa: E402
 
-from videokv_node.ros.client import MemoryClient  # noqa: E402
+from videokv_node.programs.client import MemoryClient  # noqa: E402
 
 TOKENS = ["a", "ab", "abc", "abcd", "abcde"]
 

@@ -21,7 +21,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 from videokv_node.ingest.sampler import SamplerConfig  # noqa: E402
 from videokv_node.memory.config import POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig  # noqa: E402
-from videokv_node.ros.launcher import isolated_ros_env  # noqa: E402
+from videokv_node.programs.launcher import isolated_ros_env  # noqa: E402
 from videokv_node.ros.params import NodeSettings, Settings, declare_and_read, parameter_table  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

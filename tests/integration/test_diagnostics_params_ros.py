@@ -15,7 +15,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from tests.integration.test_diagnostics_ros import ERROR, OK, level, watching  # noqa: E402
 from tests.integration.test_node_ros import NS, RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
 from tests.integration.test_runtime_params_ros import Params  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 CAMERA = "videokv: camera /cam_dp"
 

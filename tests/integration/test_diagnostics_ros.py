@@ -15,7 +15,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 NS = 1_000_000_000
 CAMERA = "videokv: camera /cam_diag"

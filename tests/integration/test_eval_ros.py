@@ -64,7 +64,7 @@ def run(target, bag_path, out):
 
 
 def test_ros_replay_gives_the_engine_replays_answers(ros, tmp_path):
-    from videokv_node.ros.replay_target import RosTarget
+    from videokv_node.programs.replay_target import RosTarget
 
     env, ctx = ros
     write_bag(tmp_path / "bag")
@@ -90,10 +90,10 @@ def test_ros_replay_gives_the_engine_replays_answers(ros, tmp_path):
 
 
 def test_the_ros_command_is_the_eval_cli_with_via_ros(tmp_path, monkeypatch, capsys):
-    """``python -m videokv_node.ros.evaluate``: the eval CLI's checks, and --via ros builds the node's target from the bag."""
+    """``python -m videokv_node.programs.evaluate``: the eval CLI's checks, and --via ros builds the node's target from the bag."""
     import json
 
-    from videokv_node.ros import evaluate
+    from videokv_node.programs import evaluate
 
     write_bag(tmp_path / "bag")
     qfile = tmp_path / "q.json"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from videokv_node.ros.launcher import isolated_ros_env
+from videokv_node.programs.launcher import isolated_ros_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS_ENV = ROOT / ".ros2tools" / "env.sh"

@@ -23,9 +23,9 @@ from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import NS, RELIABLE, frame, wait_subscribed  # noqa: E402
 from tests.integration.test_runtime_params_ros import Params  # noqa: E402
-from videokv_node.ros.client import MemoryClient  # noqa: E402
-from videokv_node.ros.launcher import NodeProcess  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.client import MemoryClient  # noqa: E402
+from videokv_node.programs.launcher import NodeProcess  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 PARAMS = {
     "lifecycle": True,

@@ -34,8 +34,8 @@ from videokv_interfaces.srv import AskVideo  # noqa: E402
 
 from tests.unit.spava_jobs import free_port  # noqa: E402
 from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
-from videokv_node.ros.launcher import NodeProcess  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.launcher import NodeProcess  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 NS = 1_000_000_000
 ACTION = "/spava_it/long_replay"
@@ -50,7 +50,7 @@ def frame(seed: int, h: int = 24, w: int = 32) -> np.ndarray:
 def spava_service(env: dict, world: int = 2, max_restarts: int = 0, action: str = ACTION):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world), "--master-addr", "127.0.0.1",
            "--max-restarts", str(max_restarts),
-           "--master-port", str(free_port()), "-m", "videokv_node.ros.long_replay", "--model", "tiny", "--action", action,
+           "--master-port", str(free_port()), "-m", "videokv_node.programs.long_replay", "--model", "tiny", "--action", action,
            "--torch-threads", "1", *SPAVA_ARGS]
     log = open(env["SPAVA_LOG"], "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

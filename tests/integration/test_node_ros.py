@@ -18,10 +18,10 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 
-from videokv_node.ros.client import MemoryClient  # noqa: E402
+from videokv_node.programs.client import MemoryClient  # noqa: E402
 from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
-from videokv_node.ros.launcher import NodeProcess  # noqa: E402
-from videokv_node.ros.synthetic_camera import compressed_msg, image_msg  # noqa: E402
+from videokv_node.programs.launcher import NodeProcess  # noqa: E402
+from videokv_node.programs.synthetic_camera import compressed_msg, image_msg  # noqa: E402
 
 NS = 1_000_000_000
 RELIABLE = QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE)

@@ -28,10 +28,10 @@ from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_diagnostics_ros import level, values, watching  # noqa: E402
 from tests.integration.test_node_ros import NS, RELIABLE, frame, running_node, wait_subscribed  # noqa: E402
-from videokv_node.ros.client import MemoryClient  # noqa: E402
+from videokv_node.programs.client import MemoryClient  # noqa: E402
 from videokv_node.ros.conversions import time_to_ns  # noqa: E402
-from videokv_node.ros.launcher import NodeProcess  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.launcher import NodeProcess  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 WARN = int.from_bytes(DiagnosticStatus.WARN, "little")
 OK = int.from_bytes(DiagnosticStatus.OK, "little")

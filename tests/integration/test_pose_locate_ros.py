@@ -21,7 +21,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import running_node, wait_subscribed  # noqa: E402
 from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 NS = 1_000_000_000
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
@@ -168,7 +168,7 @@ def test_spava_answers_cite_the_poses_sent_with_the_frames():
 
     from videokv_node.pose import Pose
     from videokv_node.ros.conversions import pose_to_msg
-    from videokv_node.ros.long_replay import fill_result, goal_poses
+    from videokv_node.programs.long_replay import fill_result, goal_poses
     from videokv_node.ingest.frame_archive import FrameArchive
     from videokv_node.spava.job import ReplayAnswer, ReplayOutcome
 

@@ -14,7 +14,7 @@ rclpy = pytest.importorskip("rclpy", reason="ROS 2 (rclpy) is not installed: run
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import Image
 from videokv_node.ros.conversions import time_to_ns
-from videokv_node.ros.synthetic_camera import image_msg
+from videokv_node.programs.synthetic_camera import image_msg
 
 from tests.integration.test_node_ros import running_node, wait_subscribed
 from tests.integration.test_pose_locate_ros import RELIABLE, frame, odom, truth

@@ -32,7 +32,7 @@ PARAMS = typed_parameters({"model": "tiny", "torch_threads": 1, "sample_fps": 0.
 
 
 def test_the_robot_bag_replays_into_the_node_with_answers_and_poses(ros, tmp_path):
-    from videokv_node.ros.replay_target import RosTarget
+    from videokv_node.programs.replay_target import RosTarget
 
     env, ctx = ros
     _, questions = rb.write_robot_bag(tmp_path / "robot", seconds=SECONDS)

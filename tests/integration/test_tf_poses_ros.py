@@ -28,7 +28,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 
 from tests.integration.test_node_ros import running_node, wait_subscribed  # noqa: E402
 from videokv_node.ros.conversions import ns_to_time, time_to_ns  # noqa: E402
-from videokv_node.ros.synthetic_camera import image_msg  # noqa: E402
+from videokv_node.programs.synthetic_camera import image_msg  # noqa: E402
 
 NS = 1_000_000_000
 MS = 1_000_000

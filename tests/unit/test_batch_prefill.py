@@ -1,4 +1,4 @@
-"""Batched prefill (``memory/batch_prefill.py``) against frame-by-frame ingest.
+"""Batched prefill (``memory/context/batch_prefill.py``) against frame-by-frame ingest.
 
 Several queued frames in one decoder pass must make the blocks frame-by-frame ingest makes:
 the same block ids, stamps, tiers, positions, keys, values and retrieval keys, and then the
@@ -15,8 +15,7 @@ import torch
 
 from tests.unit.helpers import random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.batch_prefill import window_starts
-from videokv_node.memory.block import Tier
+from videokv_node.memory.context.batch_prefill import window_starts
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
 
 N_FRAMES = 11  # chunks of 4, 4 and 3

@@ -1,4 +1,4 @@
-"""The retrieval index (memory/block_index.py) and the store's O(1) bookkeeping (issue 16).
+"""The retrieval index (memory/store/block_index.py) and the store's O(1) bookkeeping (issue 16).
 
 Slots are reused after eviction, demotion moves a block's tier mark, top-k over the index equals
 a brute-force reference computed here (ties to the newer block), the candidate mask and the recent
@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block, store_with
 from videokv_node.memory import GenerationConfig, MemoryConfig, VideoMemoryEngine
-from videokv_node.memory.block import Tier
-from videokv_node.memory.block_index import BlockIndex, Candidates, top_k_slots
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import Tier
+from videokv_node.memory.store.block_index import BlockIndex, Candidates, top_k_slots
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import StreamKVConfig
-from videokv_node.memory.policy import EncodeJob, recent_within
+from videokv_node.memory.policies.base import EncodeJob, recent_within
 
 
 def test_a_freed_slot_is_reused_and_its_block_leaves_every_mask():

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from videokv_node.memory.stats import EngineStats
-from videokv_node.ros.health import DROP_WARN_RATIO, HealthConfig, HealthMonitor, Level, ModelInfo, device_memory
+from videokv_node.runtime.health import DROP_WARN_RATIO, HealthConfig, HealthMonitor, Level, ModelInfo, device_memory
 
 NS = 1_000_000_000
 T0 = 100 * NS  # node clock at start (sim time, say)

@@ -161,7 +161,7 @@ needs_ros = pytest.mark.skipif(not (REPO / "ros2_ws" / "install" / "videokv_inte
 
 
 def _entrypoint(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
-    from videokv_node.ros.launcher import isolated_ros_env
+    from videokv_node.programs.launcher import isolated_ros_env
 
     env = {k: v for k, v in isolated_ros_env().items() if not k.startswith("VIDEOKV_ROS")}
     return subprocess.run([str(ENTRYPOINT), *args], env=env, capture_output=True, text=True, timeout=timeout)

@@ -20,7 +20,7 @@ from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 from tests.unit.helpers import block_keys, block_values, greedy, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import ReKVConfig
-from videokv_node.memory.retrieval_cache import RetrievingCache, pack_layout, place_layer, placed_cache
+from videokv_node.memory.context.retrieval_cache import RetrievingCache, pack_layout, place_layer, placed_cache
 
 ATOL = 1e-9
 

@@ -1,5 +1,5 @@
-"""The evaluation package imports without ROS: its `--via ros` side lives in videokv_node.ros.replay_target
-(the command: videokv_node.ros.evaluate).
+"""The evaluation package imports without ROS: its `--via ros` side lives in videokv_node.programs.replay_target
+(the command: videokv_node.programs.evaluate).
 
 The same guarded fresh interpreter as test_library_has_no_ros.py, walking videokv_node.eval.
 """

@@ -139,10 +139,10 @@ def test_cli_writes_everything_and_refuses_bad_inputs(tmp_path, capsys):
     assert "no video_id 'missing'" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "o4"), "--param", "memory.nonsense=1"]) == 2
     assert "unknown parameter(s) memory.nonsense" in capsys.readouterr().err
-    # eval never imports ROS: the library's CLI refuses --via ros, naming the ROS adapter's command (ros/evaluate.py);
+    # eval never imports ROS: the library's CLI refuses --via ros, naming the ROS adapter's command (programs/evaluate.py);
     # the `python -m videokv_node.eval` command hands it over (tests/integration/test_commands_before_issue19.py).
     assert main(args + ["--out", str(tmp_path / "o5"), "--via", "ros"]) == 2
-    assert "use python -m videokv_node.ros.evaluate (the same arguments)" in capsys.readouterr().err
+    assert "use python -m videokv_node.programs.evaluate (the same arguments)" in capsys.readouterr().err
     assert not any((tmp_path / o).exists() for o in ("o2", "o3", "o5"))
 
 

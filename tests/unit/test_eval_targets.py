@@ -15,7 +15,7 @@ import pytest
 from videokv_node.eval.replay import EngineTarget
 from videokv_node.eval.target import BagTarget, EvalTarget
 from videokv_node.eval.text_stream import TextTarget
-from videokv_node.ros.replay_target import RosTarget  # imports rclpy only when a RosTarget is made
+from videokv_node.programs.replay_target import RosTarget  # imports rclpy only when a RosTarget is made
 
 
 def protocol_members(protocol) -> dict[str, object]:

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from videokv_node.memory.host_arena import HostKVArena
+from videokv_node.memory.store.host_arena import HostKVArena
 from videokv_node.models.adapter import KVGeometry
 
 GEO = KVGeometry(n_layers=2, n_kv_heads=2, head_dim=4, n_q_heads=2, dtype=torch.float32)

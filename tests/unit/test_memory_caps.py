@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from videokv_node.memory import ConfigError, Frame, GenerationConfig, MemoryConfig, Question, RequestError, VideoMemoryEngine
 from tests.unit.helpers import block_keys, block_values
-from videokv_node.memory.block import Tier
+from videokv_node.memory.store.block import Tier
 
 CAMERAS = ("/cam_front", "/cam_back")
 

@@ -7,7 +7,7 @@ module is never imported, so an import that only happens at run time counts as m
 
 A command is not the library: a package's ``__main__`` module and a module's ``if __name__ == "__main__":``
 block may hand over to a higher layer's command (``python -m videokv_node.eval --via ros`` runs
-``ros/evaluate.py``). That code runs only as the program itself (``__main__``), which no module imports,
+``programs/evaluate.py``). That code runs only as the program itself (``__main__``), which no module imports,
 so its imports make neither a cycle nor a dependency of the library: the graph leaves them out.
 """
 
@@ -21,10 +21,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "videokv_node" / "videokv_node"
 
 # Layers, lowest first: a module may import its own layer and those below, never above.
-# ros -> runtime / eval / spava / tinyvlm -> memory -> ingest / vision -> models -> the ground floor.
+# programs -> ros -> runtime / eval / spava / tinyvlm -> memory -> ingest / vision -> models -> the ground floor.
+# programs (demo, client, synthetic camera, launcher, long-replay service, evaluation over DDS) use the node
+# from outside, as a user would; ros/ is the node and its surfaces only.
 # tinyvlm (the self-trained model's data, training and evaluation) sits beside eval: its evaluation
 # streams frames into the memory engine and asks it questions.
 LAYERS = {
+    "programs": 6,
     "ros": 5,
     "runtime": 4, "eval": 4, "spava": 4, "tinyvlm": 4,
     "memory": 3,
@@ -160,6 +163,16 @@ def test_no_import_cycles():
         "\n".join(" <-> ".join(c) for c in cycles)
 
 
+def test_no_import_circle_through_a_command_block():
+    """A module's ``__main__`` block may hand over to a higher layer's command, but not to one that imports the
+    module back (issue 35: ``spava/server.py`` and the service's command imported each other's ``main``).
+    ``__main__`` modules are left out: no module imports them."""
+    graph = {m: imports_of(m, commands=True)[0] for m in MODULES if MODULES[m].name != "__main__.py"}
+    graph = {m: targets & graph.keys() for m, targets in graph.items()}
+    cycles = strongly_connected(graph)
+    assert not cycles, "import circles through command blocks:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
 def test_main_guard_imports_are_commands_not_library():
     tree = ast.parse("import a\nif __name__ == '__main__':\n    import b\nif x:\n    import c\n")
     names = {alias.name for node in _library_nodes(tree) if isinstance(node, ast.Import) for alias in node.names}
@@ -177,7 +190,10 @@ def test_dependencies_point_one_way():
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1:2] != ["ros"] and "." in m))
+ROS_PACKAGES = ("ros", "programs")  # the only packages that may import ROS
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if "." in m and m.split(".")[1] not in ROS_PACKAGES))
 def test_library_never_imports_ros(module):
     outside = imports_of(module)[1]
     assert not outside & set(ROS_ONLY), f"{module} imports {sorted(outside & set(ROS_ONLY))}"

@@ -15,9 +15,9 @@ from concurrent.futures import Future
 import pytest
 
 from tests.unit.test_snapshot import engine, feed, memory_of, scene
-from videokv_node.memory import snapshot as snapshot_mod
-from videokv_node.memory.snapshot import load_snapshot
-from videokv_node.memory.snapshot_series import SnapshotSeries, snapshot_name
+from videokv_node.memory.snapshot import format as snapshot_mod
+from videokv_node.memory.snapshot.format import load_snapshot
+from videokv_node.memory.snapshot.series import SnapshotSeries, snapshot_name
 from videokv_node.runtime.periodic_snapshots import STALE_PERIODS, PeriodicSnapshotter
 from videokv_node.runtime.worker import WorkerBusy
 

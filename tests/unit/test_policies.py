@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from videokv_node.memory.block import FrameBlock, LayerKV, Tier
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig, ReKVConfig
-from videokv_node.memory.policies import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
-from videokv_node.memory.policy import EncodeJob, QuestionSelection, recent_within
-from videokv_node.memory.retrieval_cache import top_k_blocks
+from videokv_node.memory.policies.factory import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
+from videokv_node.memory.policies.base import EncodeJob, QuestionSelection, recent_within
+from videokv_node.memory.context.retrieval_cache import top_k_blocks
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 
 GEO = KVGeometry(n_layers=2, n_kv_heads=2, head_dim=4, n_q_heads=2, dtype=torch.float32)

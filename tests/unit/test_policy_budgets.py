@@ -19,7 +19,7 @@ from transformers.cache_utils import DynamicCache
 from tests.unit import references as ref
 from tests.unit.helpers import scene
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.block import Tier
+from videokv_node.memory.store.block import Tier
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
 
 POLICY_CONFIGS = {

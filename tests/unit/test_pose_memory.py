@@ -12,7 +12,7 @@ import pytest
 from tests.unit.helpers import scene as scene_frames
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
-from videokv_node.memory.snapshot import SNAPSHOT_VERSION, SnapshotError, load_snapshot, save_snapshot
+from videokv_node.memory.snapshot.format import SNAPSHOT_VERSION, SnapshotError, load_snapshot, save_snapshot
 from videokv_node.pose import Pose, yaw_quaternion
 
 POLICY_CONFIGS = {

@@ -12,9 +12,9 @@ from videokv_node.eval.settings import engine_settings
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import POLICIES, HermesConfig, StreamKVConfig
 from videokv_node.memory.presets import PAPER, preset_memory_config, preset_values
-from videokv_node.memory.question_span import question_span
-from videokv_node.memory.retrieval_cache import QueryCapture
-from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
+from videokv_node.memory.context.question_span import question_span
+from videokv_node.memory.context.retrieval_cache import QueryCapture
+from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
 
 # --- the preset's values and precedence ----------------------------------------
 
@@ -140,7 +140,7 @@ def test_mean_and_token_similarity_split_a_stream_differently():
     assert _segments("mean", small) == [[0], [1]]
 
 def test_streamkv_policy_segments_by_its_configured_similarity(tiny_adapter):
-    from videokv_node.memory.policies import make_policy
+    from videokv_node.memory.policies.factory import make_policy
 
     cfg = preset_memory_config("paper", "streamkv", local_window_tokens=16)
     assert make_policy(cfg, tiny_adapter).segmenter.config.similarity == "mean"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
 
 

@@ -1,4 +1,4 @@
-"""The resident cache (memory/resident_cache.py) against a from-scratch ``place_layer`` rebuild.
+"""The resident cache (memory/context/resident_cache.py) against a from-scratch ``place_layer`` rebuild.
 
 Compaction keeps order and positions, only keys whose position changes are re-rotated (counted
 in ``moved_tokens``; a block that only shifts in the buffer is copied), compression and a
@@ -13,11 +13,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from videokv_node.memory.block import FrameBlock, LayerKV
-from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.resident_cache import ResidentCache
-from videokv_node.memory.retrieval_cache import Sink, logical_layout, pack_layout, place_layer
-from videokv_node.memory.policy import present_in
+from videokv_node.memory.store.block import FrameBlock, LayerKV
+from videokv_node.memory.store.block_store import BlockStore
+from videokv_node.memory.context.resident_cache import ResidentCache
+from videokv_node.memory.context.retrieval_cache import Sink, logical_layout, pack_layout, place_layer
+from videokv_node.memory.policies.base import present_in
 
 T = 4
 

@@ -15,7 +15,7 @@ from tests.unit.helpers import scene
 from tests.unit.test_policy_budgets import check, engine
 from videokv_node.ingest.sampler import FrameSampler, SampleDecision, SamplerConfig
 from videokv_node.memory import ConfigError, GenerationConfig
-from videokv_node.memory.block import Tier
+from videokv_node.memory.store.block import Tier
 
 
 def budget(e, frames: int) -> int:

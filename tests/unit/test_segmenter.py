@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from videokv_node.memory.config import ConfigError
-from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
+from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
 
 SHAPE = (2, 2)  # (T, D): 4 values flattened, enough for 4 orthogonal frames
 

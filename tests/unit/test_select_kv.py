@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit import references as ref
-from videokv_node.memory.select_kv import (
+from videokv_node.memory.scoring.select_kv import (
     code_layer_budgets,
     cosine_scores,
     cumulative_scores,

@@ -14,7 +14,7 @@ from videokv_node.eval.settings import engine_settings, known_parameters
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory import config as memory_config
 from videokv_node.memory.config import POLICIES, POLICY_CONFIGS, GenerationConfig, MemoryConfig, StreamKVConfig
-from videokv_node.memory.policies import POLICY_CLASSES
+from videokv_node.memory.policies.factory import POLICY_CLASSES
 from videokv_node.memory.policies import registry
 from videokv_node.node_settings import model_defaults
 from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_for, parameters

@@ -19,11 +19,11 @@ from safetensors import safe_open
 
 from tests.unit.helpers import scene as scene_frames
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory import snapshot as snapshot_mod
-from videokv_node.memory import snapshot_files
-from videokv_node.memory.block import Tier
+from videokv_node.memory.snapshot import format as snapshot_mod
+from videokv_node.memory.snapshot import files as snapshot_files
+from videokv_node.memory.store.block import Tier
 from videokv_node.memory.config import HermesConfig, MuKVConfig, StreamKVConfig
-from videokv_node.memory.snapshot import SNAPSHOT_VERSION, SnapshotError, load_snapshot, resolve_snapshot_path, save_snapshot
+from videokv_node.memory.snapshot.format import SNAPSHOT_VERSION, SnapshotError, load_snapshot, resolve_snapshot_path, save_snapshot
 
 POLICY_CONFIGS = {
     "full": {},

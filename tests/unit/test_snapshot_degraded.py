@@ -17,8 +17,8 @@ import pytest
 
 from tests.unit.test_snapshot import POLICY_CONFIGS, answers, engine, feed, memory_of, scene
 from tests.unit.test_snapshot_incremental import manifest, segment_blocks
-from videokv_node.memory.snapshot import SnapshotError, load_snapshot, save_snapshot
-from videokv_node.memory.snapshot_series import SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotError, load_snapshot, save_snapshot
+from videokv_node.memory.snapshot.series import SnapshotSeries
 
 SIZES = dict(budget_frames=12, offload_frames=8)  # HERMES compresses less, so its segments are shared too
 

@@ -17,9 +17,9 @@ import pytest
 from safetensors import safe_open
 
 from tests.unit.test_snapshot import POLICY_CONFIGS, answers, assert_same_kv, engine, feed, memory_of, scene
-from videokv_node.memory import snapshot as snapshot_mod
-from videokv_node.memory.snapshot import SNAPSHOT_VERSION, load_snapshot, save_snapshot
-from videokv_node.memory.snapshot_series import SnapshotSeries, snapshot_name
+from videokv_node.memory.snapshot import format as snapshot_mod
+from videokv_node.memory.snapshot.format import SNAPSHOT_VERSION, load_snapshot, save_snapshot
+from videokv_node.memory.snapshot.series import SnapshotSeries, snapshot_name
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

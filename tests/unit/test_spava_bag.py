@@ -11,7 +11,7 @@ from rosbags.rosbag2 import Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
 from videokv_node.ingest.image_decode import encode_compressed_image, encode_raw_image  # noqa: E402
-from videokv_node.ros.long_replay_bag import bag_frames  # noqa: E402
+from videokv_node.programs.long_replay_bag import bag_frames  # noqa: E402
 
 NS = 1_000_000_000
 

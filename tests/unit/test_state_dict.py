@@ -11,10 +11,10 @@ import torch
 
 from tests.unit.test_policies import GEO, block, store_with
 from videokv_node.memory import GenerationConfig, MemoryConfig, VideoMemoryEngine
-from videokv_node.memory.block import FrameBlock, Tier
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock, Tier
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import POLICIES
-from videokv_node.memory.policy_host import EngineHost
+from videokv_node.memory.policies.host import EngineHost
 
 
 def oldest_offloaded(store: BlockStore) -> FrameBlock:

@@ -7,5 +7,5 @@ ROS API (``replay``), asks each question of an annotation file (``questions``) a
 videos and StreamingBench files into these inputs. The targets share one protocol
 (``target``); the command line is ``cli`` (its shared options in ``arguments``).
 Nothing here imports ROS: ``--via ros`` is the ROS adapter's command,
-``python -m videokv_node.ros.evaluate`` (``ros/evaluate.py``, ``ros/replay_target.py``).
+``python -m videokv_node.programs.evaluate`` (``programs/evaluate.py``, ``programs/replay_target.py``).
 """

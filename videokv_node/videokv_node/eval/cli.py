@@ -3,7 +3,7 @@
     python -m videokv_node.eval BAG QUESTIONS.json --out DIR [--rate R]
         [--topics T ...] [--video-id ID] [--model tiny] [--policy rekv] [--budget-tokens N]
         [--sample-fps F] [--param memory.retrieve_frames=4 ...] [--option-scoring likelihood|letter|cloze]
-    python -m videokv_node.ros.evaluate BAG QUESTIONS.json --out DIR --via ros ...   (ros/evaluate.py)
+    python -m videokv_node.programs.evaluate BAG QUESTIONS.json --out DIR --via ros ...   (programs/evaluate.py)
     python -m videokv_node.eval --text-stream FRAMES.jsonl QUESTIONS.json ...   (eval/text_stream.py)
 
 The targets are ``TARGETS`` (``--via engine``); the ROS adapter's command runs this same
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # A bag target from (the command line, the engine settings, the node parameters, the open bag).
 TargetFactory = Callable[[argparse.Namespace, "EngineSettings", dict, "ImageBag"], "BagTarget"]
 PROG = "python -m videokv_node.eval"
-ROS_PROG = "python -m videokv_node.ros.evaluate"  # the same command with the node over DDS (--via ros)
+ROS_PROG = "python -m videokv_node.programs.evaluate"  # the same command with the node over DDS (--via ros)
 
 
 def engine_target(args: argparse.Namespace, settings: EngineSettings, params: dict, bag: ImageBag) -> BagTarget:

@@ -12,7 +12,7 @@ stream's start, as ``end_time``); the evaluation then reports, per question:
   attended to (per-layer retrieval may fetch a needle in some layers only). Known where the
   per-layer choice is visible (the in-process engine); None through the node.
 - ``needle_token_share``: the mean over layers and needle frames of the share of the needle's
-  tokens the layer attended to (``memory/attended.py``). Frame-level policies keep whole
+  tokens the layer attended to (``memory/context/attended.py``). Frame-level policies keep whole
   frames, so it equals the per-layer recall; a token-level one (HERMES, MuKV) may keep a needle
   "attended" in every layer by one token of it, which the frame columns count as kept and
   this one does not. Known where the per-layer choice is visible.

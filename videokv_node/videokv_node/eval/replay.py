@@ -8,7 +8,7 @@ receive the same stream:
 - ``EngineTarget`` (``--via engine``): the engine in-process, frames decoded and
   sampled exactly as the node does (the node's decoders, ``FrameSampler`` on header
   stamps, one ``ingest`` call per frame like the node's worker);
-- ``RosTarget`` (``--via ros``, ``ros/replay_target.py``): the node as a process, the
+- ``RosTarget`` (``--via ros``, ``programs/replay_target.py``): the node as a process, the
   recorded messages republished over DDS.
 
 Both answer the same questions identically for the same bag and settings (tested).

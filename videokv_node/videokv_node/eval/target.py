@@ -1,7 +1,7 @@
 """What an evaluation drives: a target that takes a stream's frames and answers questions about them.
 
 Three targets implement ``EvalTarget``: ``replay.EngineTarget`` (the engine in-process, fed
-from a bag), ``ros/replay_target.py``'s ``RosTarget`` (the node as a process, over DDS, fed
+from a bag), ``programs/replay_target.py``'s ``RosTarget`` (the node as a process, over DDS, fed
 from a bag) and ``text_stream.TextTarget`` (the engine over a text LM, fed text frames).
 The two bag targets are also ``BagTarget``s: ``replay.replay`` drives either the same way,
 and both answer the same questions identically for the same bag and settings (tested).

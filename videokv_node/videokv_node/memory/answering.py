@@ -18,19 +18,19 @@ import time
 
 import torch
 
-from videokv_node.memory.attended import attended_frames, evidence_of
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_index import Candidates
+from videokv_node.memory.context.attended import attended_frames, evidence_of
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS
-from videokv_node.memory.encoding import EncodeJob
+from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, best_by_likelihood, block_masses, likelihood_scores,
                                         rank_moments, rerank_by_likelihood)
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
-from videokv_node.memory.policy import QuestionSelection, present_in
+from videokv_node.memory.policies.base import QuestionSelection, present_in
 from videokv_node.memory.question import Answer, Continuations, Question, RequestError
-from videokv_node.memory.question_span import question_span
-from videokv_node.memory.retrieval_cache import QueryCapture, RetrievingCache, place_layer
+from videokv_node.memory.context.question_span import question_span
+from videokv_node.memory.context.retrieval_cache import QueryCapture, RetrievingCache, place_layer
 
 
 class AnsweringMixin:

@@ -26,20 +26,20 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory.answering import AnsweringMixin
-from videokv_node.memory.batch_prefill import BatchPrefill, build_blocks, prefill
-from videokv_node.memory.block import FrameBlock, Tier
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.context.batch_prefill import BatchPrefill, build_blocks, prefill
+from videokv_node.memory.store.block import FrameBlock, Tier
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
-from videokv_node.memory.encoding import EncodeJob, Unit
+from videokv_node.memory.context.encoding import EncodeJob, Unit
 from videokv_node.memory.engine_state import EngineStateMixin
-from videokv_node.memory.policies import make_policy
-from videokv_node.memory.policy import present_in
-from videokv_node.memory.policy_host import EngineHost
+from videokv_node.memory.policies.factory import make_policy
+from videokv_node.memory.policies.base import present_in
+from videokv_node.memory.policies.host import EngineHost
 from videokv_node.memory.question import Frame
-from videokv_node.memory.question_stage import make_question_stage
-from videokv_node.memory.resident_cache import ResidentCache
-from videokv_node.memory.retrieval_cache import QueryCapture, Sink, placed_cache
+from videokv_node.memory.context.question_stage import make_question_stage
+from videokv_node.memory.context.resident_cache import ResidentCache
+from videokv_node.memory.context.retrieval_cache import QueryCapture, Sink, placed_cache
 from videokv_node.memory.stats import EngineStats, LatencyWindow
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
@@ -68,7 +68,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
         self.sink = self._encode_sink()
         self.check_budget(memory)
-        # full and hermes attend to the resident tier as it is: kept placed between steps (memory/resident_cache.py).
+        # full and hermes attend to the resident tier as it is: kept placed between steps (memory/context/resident_cache.py).
         self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
         self._next_block_id = 0
         self._ingested = 0
@@ -84,7 +84,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self._frame_poses: dict[tuple[str, int], Pose] = {}
         self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
-        # What the policy may ask of the engine (memory/policy_host.py): never the engine itself.
+        # What the policy may ask of the engine (memory/policies/host.py): never the engine itself.
         self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe)
         self.policy.setup(self.host)
         self._stats = self._snapshot()
@@ -134,7 +134,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
 
         A policy that encodes segments may make no block for a frame yet (it waits in the open segment).
         Where the policy allows (``batch_window``), up to ``memory.prefill_batch`` frames are prefilled
-        in one pass, each exactly as alone (``memory/batch_prefill.py``); the policy's steps, the caps
+        in one pass, each exactly as alone (``memory/context/batch_prefill.py``); the policy's steps, the caps
         and the stats then follow frame by frame, in order. ``between()`` runs after each such chunk
         but the last, the memory complete up to its last frame, so a read-only request (the worker's
         waiting questions) need not wait for the whole batch.
@@ -180,7 +180,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         return blocks
 
     def _prefill_batch(self, units: list[Unit], window: int) -> BatchPrefill | None:
-        """Units prefilled in one pass after the first one's context (``memory/batch_prefill.py``)."""
+        """Units prefilled in one pass after the first one's context (``memory/context/batch_prefill.py``)."""
         context = self.policy.encoding_context(self.store, EncodeJob(units[:1]))
         per_layer = present_in(context, self.adapter.geometry.n_layers)
         targets, start = self.policy.layout(self.sink.n_tokens, per_layer)

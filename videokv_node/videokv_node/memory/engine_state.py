@@ -4,7 +4,7 @@ A mixin of ``VideoMemoryEngine``, with the table of frame poses it keeps (``_pru
 block cites yet, the block store's state (``BlockStore.state_dict``: every block and its
 K/V) and the policy's (``MemoryPolicy.state_dict``). What the engine derives from the
 config and the model (the prompt sink, the policy's guidance) is rebuilt, never saved;
-``identity`` says what a saved state must match. ``memory/snapshot.py`` writes a state to
+``identity`` says what a saved state must match. ``memory/snapshot/format.py`` writes a state to
 disk and reads it back; nothing here knows about files.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 
-from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.state import PolicyStateError, dtype_name, reason
+from videokv_node.memory.store.block import FrameBlock
 from videokv_node.pose import Pose
 
 

@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.policy import present_in
-from videokv_node.memory.retrieval_cache import place_layer
+from videokv_node.memory.context.retrieval_cache import place_layer
+from videokv_node.memory.policies.base import present_in
+from videokv_node.memory.store.block import FrameBlock
 from videokv_node.models.attention import attention_probs
 from videokv_node.pose import Pose
 

@@ -2,7 +2,7 @@
 
 Blocks, the block store, the policies and the engine each give ``state_dict()`` and take
 ``load_state_dict()`` (the torch convention: JSON-able values and tensors, tensors by
-reference, never copied on the way out); ``snapshot.py`` writes such a state to disk and reads
+reference, never copied on the way out); ``snapshot/format.py`` writes such a state to disk and reads
 it back. Both sides import this module and nothing else of each other.
 """
 

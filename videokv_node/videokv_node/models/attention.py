@@ -14,7 +14,7 @@ re-reading of frames of one size (``memory/locate.py``), whose rows have the
 same lengths and so the same mask; an observer reads batch 1 only. A caller that
 needs another mask gives it (``videokv_mask``, (1, 1, q, K) boolean, the same for every
 layer): several frames prefilled in one pass, each seeing only its own context
-(``memory/batch_prefill.py``).
+(``memory/context/batch_prefill.py``).
 
 Second reason: policies need attention scores (MuKV's last-layer importance,
 HERMES' pseudo-query attention, TGV-KV's text-to-vision attention). An

@@ -1,1 +1,2 @@
-"""The ROS 2 front end: a thin node over the library. Everything here may import rclpy."""
+"""The ROS 2 front end: the node and its surfaces, a thin layer over the library (programs that use the
+node from outside: ``programs/``). Everything here may import rclpy."""

@@ -16,13 +16,16 @@ import threading
 import time
 from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import cast
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.node import Node
 from videokv_interfaces.action import AskVideo as AskVideoAction
 from videokv_interfaces.srv import AskVideo
 
 from videokv_node.memory.question import RequestError
 from videokv_node.ros import conversions
+from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
 
 CANCEL_POLL_S = 0.05  # how often a queued goal looks for a cancel request
@@ -44,12 +47,12 @@ class AskSurfaces:
     """The node's ``~/ask`` service and ``~/ask`` action; ``node`` is the videokv node (its worker, engine,
     settings and long-replay client, read per question: a deactivation clears them)."""
 
-    def __init__(self, node, callback_group) -> None:
+    def __init__(self, node: NodeHost, callback_group) -> None:
         self._node = node
         self._service = node.create_service(AskVideo, "~/ask", self.ask_callback, callback_group=callback_group)
         # Actions have their own name space (<name>/_action/...): no clash with the ~/ask service.
-        self._action = ActionServer(
-            node, AskVideoAction, "~/ask", execute_callback=self.ask_execute_callback,
+        self._action = ActionServer(  # the one use of the node as the rclpy Node it is
+            cast(Node, node), AskVideoAction, "~/ask", execute_callback=self.ask_execute_callback,
             goal_callback=self.ask_goal_callback, cancel_callback=self.ask_cancel_callback,
             callback_group=callback_group,
         )

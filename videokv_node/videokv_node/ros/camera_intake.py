@@ -25,6 +25,7 @@ from videokv_node.ingest.sampler import SampleDecision
 from videokv_node.memory.question import Frame
 from videokv_node.pose import Pose
 from videokv_node.ros import conversions
+from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.worker import WorkerStopped
 
 QOS = {
@@ -43,7 +44,7 @@ def camera_qos(s) -> QoSProfile:
     return qos
 
 
-def frame_pose(node, stamp_ns: int) -> Pose | None:
+def frame_pose(node: NodeHost, stamp_ns: int) -> Pose | None:
     """The model worker's pose lookup (runtime/worker.py) for a frame it takes for ingest: the pose at its stamp.
 
     Looked up there, not in the camera callback, so that odometry received while the frame
@@ -58,7 +59,7 @@ def frame_pose(node, stamp_ns: int) -> Pose | None:
     return pose
 
 
-def deliver_frame(node, frame: Frame) -> None:
+def deliver_frame(node: NodeHost, frame: Frame) -> None:
     """Queue a sampled frame whose pose is already resolved (a parked frame, after its wait) for the model worker.
 
     The long-replay archive's copy gets the same pose, as in ``frame_pose``.
@@ -82,7 +83,7 @@ class CameraIntake:
     """The camera subscriptions of an active node; ``node`` is the videokv node (its worker, frame intake,
     status publishers, poses and long-replay archive, read at each frame: a deactivation clears them)."""
 
-    def __init__(self, node, s) -> None:
+    def __init__(self, node: NodeHost, s) -> None:
         """Subscribe to ``s.image_topics`` and ``s.compressed_topics`` (NodeSettings); a topic in both, once."""
         self._node = node
         self._subscriptions = []

@@ -9,10 +9,10 @@ hardware_id the node's fully qualified name.
 from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.node import Node
 
 from videokv_node.ingest.pose_history import WITHOUT_POSE_REASONS
-from videokv_node.ros.health import HealthConfig, HealthMonitor, Level, ModelInfo, Status, device_memory
+from videokv_node.ros.node_host import NodeHost
+from videokv_node.runtime.health import HealthConfig, HealthMonitor, Level, ModelInfo, Status, device_memory
 
 TOPIC = "/diagnostics"
 
@@ -37,7 +37,7 @@ def health_config(s) -> HealthConfig:
 class DiagnosticsPublisher:
     """Owns the node's HealthMonitor and the ``/diagnostics`` publisher; the node calls ``publish`` from a timer."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeHost) -> None:
         s = node.settings.node
         self.node = node
         cameras = [node.resolve_topic_name(t) for t in dict.fromkeys(s.image_topics + s.compressed_topics)]

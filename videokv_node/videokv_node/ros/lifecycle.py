@@ -24,7 +24,7 @@ from __future__ import annotations
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from videokv_node.memory.config import ConfigError
-from videokv_node.memory.snapshot import SnapshotError
+from videokv_node.memory.snapshot.format import SnapshotError
 from videokv_node.models.factory import ModelLoadError
 from videokv_node.ros.node import NODE_NAME, VideoKVMixin
 from videokv_node.ros.params import declare, read_settings

@@ -16,6 +16,7 @@ from videokv_interfaces.srv import Locate
 from videokv_node.memory.locate import LocateQuery
 from videokv_node.memory.question import RequestError
 from videokv_node.ros.conversions import ns_to_time, pose_to_msg, request_scope
+from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
 
 
@@ -42,7 +43,7 @@ def fill_locate_response(response, result):
 class LocateService:
     """The node's ``~/locate`` service; ``node`` is the videokv node (its worker, engine and settings)."""
 
-    def __init__(self, node, callback_group) -> None:
+    def __init__(self, node: NodeHost, callback_group) -> None:
         self._node = node
         self._srv = node.create_service(Locate, "~/locate", self.locate_callback, callback_group=callback_group)
 

@@ -14,15 +14,16 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from std_srvs.srv import Trigger
 from videokv_interfaces.srv import LoadMemory, SaveMemory
 
-from videokv_node.memory.snapshot import SnapshotError, resolve_snapshot_path
+from videokv_node.memory.snapshot.format import SnapshotError, resolve_snapshot_path
 from videokv_node.ros import snapshots
+from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
 
 
 class MemoryServices:
     """The node's ``~/reset``, ``~/save_memory`` and ``~/load_memory``; ``node`` is the videokv node."""
 
-    def __init__(self, node, callback_group) -> None:
+    def __init__(self, node: NodeHost, callback_group) -> None:
         self._node = node
         self._services = [node.create_service(srv_type, name, callback, callback_group=callback_group)
                           for srv_type, name, callback in ((Trigger, "~/reset", self.reset_callback),

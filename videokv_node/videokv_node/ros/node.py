@@ -33,19 +33,20 @@ from videokv_node.ingest.frame_intake import FrameIntake
 from videokv_node.ingest.sampler import FrameSampler
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.snapshot import SnapshotError
-from videokv_node.memory.snapshot_series import SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotError
+from videokv_node.memory.snapshot.series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
 from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
-from videokv_node.ros.health import device_memory
+from videokv_node.runtime.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.memory_services import MemoryServices
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.ros.pose_intake import PoseIntake, check_available
-from videokv_node.ros.status import Counters, StatusPublishers
+from videokv_node.ros.status import StatusPublishers
+from videokv_node.runtime.counters import Counters
 from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 from videokv_node.vision.selection import attach_vision_backend

@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.snapshot import SnapshotError, SnapshotInfo, load_snapshot, resolve_snapshot_path, save_snapshot
-from videokv_node.memory.snapshot_series import LATEST, SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotError, SnapshotInfo, load_snapshot, resolve_snapshot_path, save_snapshot
+from videokv_node.memory.snapshot.series import LATEST, SnapshotSeries
+from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 
 
@@ -121,7 +122,7 @@ def discard(parked: Path) -> None:
     shutil.rmtree(parked.parent, ignore_errors=True)
 
 
-def start_periodic(node, series: SnapshotSeries, period_s: float, callback_group) -> PeriodicSnapshotter:
+def start_periodic(node: NodeHost, series: SnapshotSeries, period_s: float, callback_group) -> PeriodicSnapshotter:
     """``memory.snapshot_period_s``: a snapshotter and the node's timer that ticks it (node clock; each snapshot
     written off the model thread). The timer is the node's to destroy (``node.keep``); the snapshotter's
     ``close`` is the caller's, after the model worker has stopped."""

@@ -7,44 +7,18 @@ a tick that fires just before a deactivation publishes nothing.
 
 from __future__ import annotations
 
-import threading
-
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from videokv_interfaces.msg import MemoryStats
 
 from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
-
-
-class Counters:
-    """The node's counters of frames and questions, for ``~/memory_stats`` and ``/diagnostics``; thread-safe."""
-
-    KEYS = ("received", "sampled", "dropped", "answered", "failed")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts = dict.fromkeys(self.KEYS, 0)
-
-    def add(self, key: str) -> None:
-        """One more ``key`` (one of KEYS)."""
-        with self._lock:
-            self._counts[key] += 1
-
-    def read(self) -> dict[str, int]:
-        """A copy of all the counts, taken at once."""
-        with self._lock:
-            return dict(self._counts)
-
-    def reset(self) -> None:
-        """Every count back to zero (a new configuration)."""
-        with self._lock:
-            self._counts = dict.fromkeys(self.KEYS, 0)
+from videokv_node.ros.node_host import NodeHost
 
 
 class StatusPublishers:
     """The ``~/memory_stats`` publisher and the ``/diagnostics`` publisher of an active node, with their timers."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node: NodeHost) -> None:
         self._node = node
         s = node.settings.node
         self._stats_pub = node.create_publisher(MemoryStats, "~/memory_stats", 10)

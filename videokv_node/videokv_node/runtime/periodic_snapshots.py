@@ -22,8 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from videokv_node.memory.snapshot import SnapshotInfo
-from videokv_node.memory.snapshot_series import SnapshotSeries
+from videokv_node.memory.snapshot.format import SnapshotInfo
+from videokv_node.memory.snapshot.series import SnapshotSeries
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 
 STALE_PERIODS = 3  # WARN when the last good snapshot is older than this many periods

@@ -58,7 +58,8 @@ class ModelWorker:
 
     After each ingest batch and each request the worker gives the C heap's free pages back once
     RSS grew by more than ``heap_trim_bytes`` (``runtime/heap_trim.py``; 0: never), after a
-    request's result is delivered: the node's RSS stays flat under load.
+    request's result is delivered and only when no request waits: the node's RSS stays flat
+    under load.
 
     Invariants: the frame queue never holds more than ``queue_size`` frames
     (the oldest is dropped and counted when a new one arrives); at most
@@ -186,7 +187,7 @@ class ModelWorker:
                 frames = [] if job else [self._frames.popleft() for _ in range(min(self.max_batch, len(self._frames)))]
             if job is not None:
                 self._run_job(job)
-                self.heap.maybe_trim()
+                self._trim_heap()
                 continue
             try:
                 self._resolve_poses(frames)
@@ -198,6 +199,11 @@ class ModelWorker:
                 self._count(frames, "failed")
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
+            self._trim_heap()
+
+    def _trim_heap(self) -> None:
+        """Trim the C heap if RSS grew past the bound, unless a request waits: it never waits for a trim."""
+        if not self._jobs:  # a hint read without the lock: a request arriving now waits one trim at most
             self.heap.maybe_trim()
 
     @staticmethod
@@ -216,7 +222,7 @@ class ModelWorker:
                     return
                 job = self._jobs.popleft()
             self._run_job(job)
-            self.heap.maybe_trim()
+            self._trim_heap()
 
     def _resolve_poses(self, frames: list[Frame]) -> None:
         """Give each frame without a pose the pose at its stamp, as late as possible: right before ingest.

@@ -1,6 +1,6 @@
 """What a long-replay job is, in library types: frames with stamps and cameras, questions, answers, timings.
 
-Rank 0 builds a ``ReplayJob`` from a ROS goal (``ros/long_replay.py``) and sends it to
+Rank 0 builds a ``ReplayJob`` from a ROS goal (``programs/long_replay.py``) and sends it to
 the other ranks over torch.distributed (``broadcast_object_list``: these are plain
 picklable dataclasses). ``ReplayOutcome`` carries what the action's result reports.
 """
@@ -107,6 +107,6 @@ class Progress:
 
 # Rank 0's way to run a job on every rank (spava/server.py's Dispatcher): (job, progress, cancelled) -> outcome.
 RunJob = Callable[[ReplayJob, Callable[[Progress], None], Callable[[], bool]], ReplayOutcome]
-# What hosts the service on rank 0 (ros/long_replay.py's serve): (run_job, world, max_frames, action name);
+# What hosts the service on rank 0 (programs/long_replay.py's serve): (run_job, world, max_frames, action name);
 # returns when the host stops (shutdown, or the job group broke).
 ServeJobs = Callable[[RunJob, int, int, str], None]

@@ -1,6 +1,6 @@
-"""The long-replay service's ranks: ``torchrun --nproc-per-node N -m videokv_node.ros.long_replay ...``.
+"""The long-replay service's ranks: ``torchrun --nproc-per-node N -m videokv_node.programs.long_replay ...``.
 
-The command lives with the ROS adapter (``ros/long_replay.py``), which hands this
+The command is ``programs/long_replay.py`` (this module is not one), which hands this
 module's ``main`` the host of rank 0: the ROS 2 action (``serve``, a ``spava.job.ServeJobs``),
 so this package never imports ROS. Every other rank waits for jobs, which rank 0 sends with ``broadcast_object_list`` on a
 control group (gloo, a long timeout: the service may idle for hours) and then
@@ -39,7 +39,7 @@ EXIT_BROKEN_GROUP = 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="torchrun ... -m videokv_node.ros.long_replay",
+    p = argparse.ArgumentParser(prog="torchrun ... -m videokv_node.programs.long_replay",
                                 description="The Spava long-replay service (the LongReplay action on rank 0).")
     p.add_argument("--model", default="tiny", help="'tiny' or a local LLaVA-OneVision checkpoint directory (1-D RoPE decoders)")
     p.add_argument("--device", default="auto", help="auto: cuda:LOCAL_RANK if CUDA is available, else cpu")
@@ -120,7 +120,7 @@ def serve_worker(worker: ReplayWorker, control) -> None:
 def main(argv: list[str] | None = None, serve: ServeJobs | None = None) -> int:
     """Run this rank: rank 0 hosts the service with ``serve`` until it returns, the others run jobs; the exit status."""
     if serve is None:
-        raise ValueError("rank 0 needs a host for the service: run torchrun ... -m videokv_node.ros.long_replay")
+        raise ValueError("rank 0 needs a host for the service: run torchrun ... -m videokv_node.programs.long_replay")
     args = parse_args(argv)
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
@@ -153,8 +153,6 @@ def main(argv: list[str] | None = None, serve: ServeJobs | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # A command, not the library: `torchrun ... -m videokv_node.spava.server` (the command before issue 19)
-    # runs the service as `-m videokv_node.ros.long_replay` does, rank 0 hosting the ROS action.
-    from videokv_node.ros.long_replay import main as service_main
-
-    sys.exit(service_main())
+    # Not a command: the service's command is programs/long_replay.py (rank 0 hosts the ROS action, which this
+    # package never imports). Said rather than imported, so server.py and the command import each other in no way.
+    sys.exit("the Spava long-replay service runs as: torchrun --nproc-per-node N -m videokv_node.programs.long_replay ...")

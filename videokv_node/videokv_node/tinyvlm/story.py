@@ -1,6 +1,6 @@
 """The demo's camera story for ``videokv-tiny``: scenes the model was trained to describe, in time.
 
-``make demo`` publishes it as a camera (``ros/synthetic_camera.py --story``) and asks, for each
+``make demo`` publishes it as a camera (``programs/synthetic_camera.py --story``) and asks, for each
 segment, its question restricted to the segment's time window, so an answer rests on the
 frames that show it and its evidence stamps point at them. The scenes are drawn by
 ``tinyvlm.render.render`` (the training renderer) with seeds fixed here once; they are not

@@ -1,22 +1,9 @@
-"""One module per memory policy, each registering its class (``registry.register_policy``);
-``POLICY_CLASSES`` maps ``memory.policy`` names to classes, one for every policy memory/config.py declares."""
+"""The memory policies: the interface every policy implements (``base``), what a policy may ask of
+the engine (``host``), one module per policy (``full``, ``rekv``, ``streamkv``, ``hermes``,
+``mukv``), each registering its class (``registry.register_policy``), and the factory that picks
+one by ``memory.policy`` (``factory.make_policy``, ``factory.POLICY_CLASSES``).
 
-from videokv_node.memory.config import MemoryConfig
-from videokv_node.memory.policies.full import FullPolicy
-from videokv_node.memory.policies.hermes import HermesPolicy
-from videokv_node.memory.policies.mukv import MuKVPolicy
-from videokv_node.memory.policies.registry import POLICY_CLASSES, check_complete
-from videokv_node.memory.policies.rekv import ReKVPolicy
-from videokv_node.memory.policies.streamkv import StreamKVPolicy
-from videokv_node.memory.policy import MemoryPolicy
-from videokv_node.models.adapter import VideoLLMAdapter
-
-check_complete()
-
-
-def make_policy(config: MemoryConfig, adapter: VideoLLMAdapter) -> MemoryPolicy:
-    """The only place a policy name is looked up."""
-    return POLICY_CLASSES[config.policy](config, adapter)
-
-
-__all__ = ["FullPolicy", "HermesPolicy", "MuKVPolicy", "POLICY_CLASSES", "ReKVPolicy", "StreamKVPolicy", "make_policy"]
+Empty on purpose: ``base`` is imported by modules that a policy imports in turn (``locate``), so
+loading every policy whenever ``base`` is imported would make a cycle at import time. Import
+the module you need.
+"""

@@ -9,10 +9,10 @@ since a policy without retrieval could never read it back.
 
 from __future__ import annotations
 
-from videokv_node.memory.block import FrameBlock, Tier
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection
+from videokv_node.memory.store.block import FrameBlock, Tier
+from videokv_node.memory.store.block_store import BlockStore
 
 
 @register_policy

@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, LayerKV, Tier
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, present_in
-from videokv_node.memory.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, present_in
+from videokv_node.memory.context.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (
     cross_layer_smooth,
     layer_roles,

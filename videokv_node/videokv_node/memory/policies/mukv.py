@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import torch
 
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_index import Candidates
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_index import Candidates
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
 from videokv_node.memory.scoring.mukv import (
     attention_importance,
     dual_signal,
@@ -46,7 +46,7 @@ from videokv_node.memory.scoring.mukv import (
     keep_indices,
     semi_hierarchical_rerank,
 )
-from videokv_node.memory.select_kv import cosine_scores
+from videokv_node.memory.scoring.select_kv import cosine_scores
 from videokv_node.models.attention import attention_probs
 
 RANK = {"segment": 0, "frame": 1, "patch": 2}  # order among blocks starting at the same stamp

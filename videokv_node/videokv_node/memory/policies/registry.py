@@ -3,7 +3,7 @@
 A policy is declared once with its hyper-parameters in ``memory/config.py`` (``policy_config``:
 that gives ``POLICIES``, ``MemoryConfig``'s section and the node's parameters); its class, in a
 module of this package, carries the same ``name`` and registers itself with ``@register_policy``.
-``memory/policies/__init__.py`` checks that every declared policy has exactly one class.
+``memory/policies/factory.py`` checks that every declared policy has exactly one class.
 """
 
 from __future__ import annotations

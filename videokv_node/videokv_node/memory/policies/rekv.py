@@ -43,11 +43,11 @@ Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
 heads of each KV group and then over groups; retrieval happens inside the
 question's single prefill pass, each layer using its own query (see
-``memory/retrieval_cache.py``), as ReKV's in-attention retrieval does.
+``memory/context/retrieval_cache.py``), as ReKV's in-attention retrieval does.
 
 Ingest (ours, exact): up to ``memory.prefill_batch`` queued frames are prefilled in one decoder
 pass, each seeing only the sink, its own sliding window and itself at the positions it would have
-alone (``memory/batch_prefill.py``): the same blocks as frame by frame, one weight read.
+alone (``memory/context/batch_prefill.py``): the same blocks as frame by frame, one weight read.
 
 Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
 query's probe (queries read after the prompt sink), averaged over layers
@@ -59,12 +59,12 @@ from __future__ import annotations
 
 import torch
 
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_index import Candidates, fused_ranks
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_index import Candidates, fused_ranks
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.locate import layer_scores, query_means
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
 
 
 @register_policy

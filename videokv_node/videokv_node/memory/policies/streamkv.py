@@ -4,7 +4,7 @@ What the paper prescribes, and where it lives here:
 - Semantic segments: cosine similarity of adjacent frame embeddings below
   ``similarity_threshold`` starts a segment, segments are at least
   ``min_segment_frames`` long, and past ``max_segment_frames`` the most similar
-  adjacent pair is merged (``memory/segmenter.py``).
+  adjacent pair is merged (``memory/scoring/segmenter.py``).
 - Segment-based sliding-window encoding: a segment is encoded once it is
   closed, all its frames and then its summary frame (the mean of its frames at
   each spatial location) in one pass, attending to the local window of past
@@ -57,13 +57,13 @@ import math
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, LayerKV
-from videokv_node.memory.block_index import Candidates
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock, LayerKV
+from videokv_node.memory.store.block_index import Candidates
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policy import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, Unit, recent_resident
-from videokv_node.memory.segmenter import SegmenterConfig, SemanticSegmenter
-from videokv_node.memory.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, select_kv
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, Unit, recent_resident
+from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
+from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, select_kv
 from videokv_node.memory.state import dtype_from_name, dtype_name
 
 

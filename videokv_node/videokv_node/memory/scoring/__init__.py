@@ -11,6 +11,8 @@ hand-computed inputs and wired into a policy without either knowing the other.
   semi-hierarchical rerank of MuKV.
 - ``tgvkv``: text-vision layer budgets, text-weighted ranking and text-prioritised
   retention of TGV-KV (arXiv 2606.03075).
+- ``select_kv`` and ``segmenter``: StreamKV's layer-adaptive KV selection (SelectKV) and its
+  online semantic segment partitioning.
 
 Conventions: indices are int64 and ascending wherever they say which tokens are
 kept (so kept tokens keep their time order); ties are broken towards the lower

@@ -25,7 +25,7 @@ from types import MappingProxyType
 import torch
 import torch.nn.functional as F
 
-from videokv_node.memory.top_k import top_k_stable
+from videokv_node.memory.store.top_k import top_k_stable
 
 GRANULARITIES = ("patch", "frame", "segment")
 # k_g: blocks retrieved per granularity at question time (notes §8; 64 in all).
@@ -51,7 +51,7 @@ def _work(x: torch.Tensor) -> torch.Tensor:
 
 def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k highest scores, best first; ties go to the lower index (a stable sort's
-    first k, computed without sorting them all: ``memory/top_k.py``)."""
+    first k, computed without sorting them all: ``memory/store/top_k.py``)."""
     return top_k_stable(scores, k)
 
 

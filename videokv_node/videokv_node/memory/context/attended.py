@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from videokv_node.memory.block import FrameBlock
 from videokv_node.memory.question import Evidence
+from videokv_node.memory.store.block import FrameBlock
 from videokv_node.pose import Pose
 
 

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_store import BlockStore
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
 
 # Per layer, the target positions (P, t) of each of its blocks' kept tokens, in the layer's block order.

@@ -1,7 +1,7 @@
 """``--via ros``: the node as its own process, the bag's messages republished to it over DDS.
 
 It lives with the ROS adapter, not in ``eval/`` (which never imports rclpy):
-``ros/evaluate.py`` adds it to the evaluation CLI as ``--via ros``; it is a
+``programs/evaluate.py`` adds it to the evaluation CLI as ``--via ros``; it is a
 ``BagTarget`` (``eval/target.py``), like ``--via engine``. The recorded CDR bytes are
 published unchanged (an unstamped frame gets its bag time as stamp, which is what
 the node would give it under ``use_sim_time``), ``/clock`` follows the bag time, and
@@ -52,7 +52,7 @@ RELAY_RATE = 4.0  # x real time at most, between two relayed messages (bag time 
 
 
 class RosTarget:
-    """A ``BagTarget``: starts the node (``ros/launcher.py``), publishes frames, asks through ``ros/client.py``."""
+    """A ``BagTarget``: starts the node (``programs/launcher.py``), publishes frames, asks through ``programs/client.py``."""
 
     via = "ros"
     counts: ReplayCounts
@@ -69,8 +69,8 @@ class RosTarget:
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import CompressedImage, Image
 
-        from videokv_node.ros.client import MemoryClient
-        from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
+        from videokv_node.programs.client import MemoryClient
+        from videokv_node.programs.launcher import NodeProcess, isolated_ros_env
 
         self.counts = ReplayCounts()
         self.admission = Admission(FrameSampler(settings.sampler), self.counts)

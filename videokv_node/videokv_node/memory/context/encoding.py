@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from videokv_node.memory.block import FrameBlock
+from videokv_node.memory.store.block import FrameBlock
 
 
 @dataclass(eq=False, slots=True)

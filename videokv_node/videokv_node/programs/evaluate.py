@@ -1,7 +1,7 @@
-"""``python -m videokv_node.ros.evaluate BAG QUESTIONS.json --out DIR --via ros``: the evaluation, the node over DDS.
+"""``python -m videokv_node.programs.evaluate BAG QUESTIONS.json --out DIR --via ros``: the evaluation, the node over DDS.
 
 The evaluation CLI of ``python -m videokv_node.eval`` (``eval/cli.py``: the same arguments,
-outputs and exit status) with one more target, ``--via ros`` (``ros/replay_target.py``):
+outputs and exit status) with one more target, ``--via ros`` (``programs/replay_target.py``):
 the node started as its own process, the bag's messages republished to it. It lives
 with the ROS adapter because the evaluation package never imports ROS; ``--via engine``
 works here too, so both sides of a comparison run from one command.
@@ -15,7 +15,7 @@ import sys
 from videokv_node.eval.bag_io import ImageBag
 from videokv_node.eval.cli import ROS_PROG, TARGETS, main as eval_main
 from videokv_node.eval.settings import EngineSettings
-from videokv_node.ros.replay_target import RosTarget
+from videokv_node.programs.replay_target import RosTarget
 
 
 def ros_target(args: argparse.Namespace, settings: EngineSettings, params: dict, bag: ImageBag) -> RosTarget:

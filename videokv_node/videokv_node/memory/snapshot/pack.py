@@ -1,4 +1,4 @@
-"""A memory's state dict packed into a snapshot's files (the format: ``snapshot.py``'s docstring).
+"""A memory's state dict packed into a snapshot's files (the format: ``format.py``'s docstring).
 
 Pure functions from an engine's ``state_dict`` (``engine_state.py``) to the manifest's
 entries and the state and segment files' tensors, and the plan of what an incremental
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from videokv_node.memory.snapshot_files import MANIFEST
+from videokv_node.memory.snapshot.files import MANIFEST
 from videokv_node.memory.state import dtype_from_name, host_copy
 
 # Version 3 (issue 17) adds each block's ``poses`` (aligned with ``stamps_ns``, null where

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.retrieval_cache import Sink, Targets, stored_positions
+from videokv_node.memory.context.retrieval_cache import Sink, Targets, stored_positions
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
 
 

@@ -2,8 +2,8 @@
 
 The engine gives its state and takes it back (``state_dict`` / ``load_state_dict``,
 ``engine_state.py``); this module and its helpers only handle the files: the format below
-(``snapshot_pack.py`` packs a state into it, ``snapshot_read.py`` reads and checks it back),
-atomic writes, checksums and shared segments (``snapshot_files.py``). They never import the
+(``pack.py`` packs a state into it, ``read.py`` reads and checks it back),
+atomic writes, checksums and shared segments (``files.py``). They never import the
 engine: what they ask of it is ``Snapshottable``. ``save_snapshot`` and ``load_snapshot`` are
 the one way out and in (``prepare_snapshot`` + ``PreparedSnapshot.write`` is ``save_snapshot``
 split in two, for periodic snapshots).
@@ -57,7 +57,7 @@ token ids are checked instead), what policies derive from the config and the mod
 and pseudo queries), latency windows and debugging fields. Version 1 snapshots (one
 ``kv.safetensors``, no segments) still load.
 
-Writing is atomic (``snapshot_files``): everything goes into a sibling temporary directory,
+Writing is atomic (``files``): everything goes into a sibling temporary directory,
 files and directory fsynced, then renamed over the target. Crash windows (one writer per name):
 before the rename the previous snapshot is intact and a ``.tmp-`` leftover is never read; while
 an existing snapshot of the same name is replaced, both complete copies are there under
@@ -82,21 +82,10 @@ from typing import Protocol
 import torch
 from safetensors.torch import save_file
 
-from videokv_node.memory import snapshot_pack as pack
-from videokv_node.memory.snapshot_files import (
-    MANIFEST,
-    SnapshotError,
-    disk_bytes,
-    fsync,
-    leftovers,
-    new_temporary,
-    resolve_snapshot_path,
-    sha256,
-    share_file,
-    swap_in,
-)
-from videokv_node.memory.snapshot_pack import COMPACT_BELOW, SNAPSHOT_VERSION, STATE
-from videokv_node.memory.snapshot_read import check_compatible, read_manifest, read_state
+from videokv_node.memory.snapshot import pack
+from videokv_node.memory.snapshot.files import MANIFEST, SnapshotError, disk_bytes, fsync, leftovers, new_temporary, resolve_snapshot_path, sha256, share_file, swap_in
+from videokv_node.memory.snapshot.pack import COMPACT_BELOW, SNAPSHOT_VERSION, STATE
+from videokv_node.memory.snapshot.read import check_compatible, read_manifest, read_state
 from videokv_node.memory.state import PolicyStateError, dtype_from_name, dtype_name, reason
 
 __all__ = [
@@ -271,7 +260,7 @@ def load_snapshot(source: Snapshottable, target: Path) -> SnapshotInfo:
     evicted down to them (counted).
 
     A missing or damaged segment file is not a refusal (segments are shared between snapshots,
-    ``snapshot_read``): every block of every good segment is restored, the lost segment's blocks
+    ``read``): every block of every good segment is restored, the lost segment's blocks
     are left out, the policy's state is taken without them (``MemoryPolicy.without_blocks``), and
     the returned info names each lost segment with its reason and counts its blocks and frames
     (``lost_segments``, ``lost_blocks``, ``lost_frames``; ``loss()`` says it in words).

@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.block import FrameBlock, LayerKV
-from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.encoding import EncodeJob, Unit
-from videokv_node.memory.retrieval_cache import Sink, Targets, place_layer
+from videokv_node.memory.context.encoding import EncodeJob, Unit
+from videokv_node.memory.context.retrieval_cache import Sink, Targets, place_layer
+from videokv_node.memory.store.block import FrameBlock, LayerKV
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
 
@@ -44,7 +44,7 @@ from videokv_node.pose import Pose
 def window_starts(context_tokens: Sequence[int], unit_tokens: Sequence[int], window_tokens: int) -> list[int]:
     """Per unit i, where its window starts among the items [context..., units...]: the newest items
     before unit i whose tokens fit in ``window_tokens``, taken newest first up to the first that does
-    not fit (``block.newest_within``). The context is the first unit's window (item 0 on)."""
+    not fit (``store/block.py``'s ``newest_within``). The context is the first unit's window (item 0 on)."""
     sizes = list(context_tokens) + list(unit_tokens)
     starts = []
     for i in range(len(unit_tokens)):

@@ -1,6 +1,6 @@
 """The file side of memory snapshots: names, atomic directory swaps, checksums, hard links.
 
-Nothing here knows what a memory is; ``snapshot.py`` (the format) and ``snapshot_series.py``
+Nothing here knows what a memory is; ``format.py`` (the format) and ``series.py``
 (periodic snapshots) build on it. Every function either completes or leaves what was on disk
 as it was, apart from temporary directories that the next successful save of the same name
 removes (``leftovers``).

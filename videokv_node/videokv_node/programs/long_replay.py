@@ -1,4 +1,4 @@
-"""``torchrun --nproc-per-node N -m videokv_node.ros.long_replay ...``: the Spava long-replay service.
+"""``torchrun --nproc-per-node N -m videokv_node.programs.long_replay ...``: the Spava long-replay service.
 
 Every rank runs ``spava/server.py`` (options there: ``--help``); rank 0 hosts the
 LongReplay action server below.
@@ -33,7 +33,7 @@ from videokv_node.spava.job import Progress, ReplayJob, ReplayOutcome, ReplayQue
 def goal_to_job(goal) -> ReplayJob:
     """LongReplay goal -> ReplayJob; raises ValueError with the reason."""
     if goal.bag_path:
-        from videokv_node.ros.long_replay_bag import bag_frames  # the rosbags library only where bags are read
+        from videokv_node.programs.long_replay_bag import bag_frames  # the rosbags library only where bags are read
 
         frames, stamps, cameras = bag_frames(goal.bag_path, list(goal.topics), time_to_ns(goal.since),
                                              time_to_ns(goal.until), float(goal.sample_fps))

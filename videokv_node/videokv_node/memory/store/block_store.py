@@ -19,9 +19,9 @@ from collections.abc import Callable, Collection, Iterator
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, LayerKV, Tier
-from videokv_node.memory.block_index import BlockIndex
-from videokv_node.memory.host_arena import HostKVArena
+from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.store.block_index import BlockIndex
+from videokv_node.memory.store.host_arena import HostKVArena
 from videokv_node.models.adapter import KVGeometry
 
 
@@ -32,7 +32,7 @@ class BlockStore:
     ``blocks(tier)``; a resident block's layers hold tensors and no pages, an
     offloaded block's hold pages and no tensors; no block is empty in every layer
     (it is evicted instead); ``offloaded_bytes <= arena.capacity_bytes``; every
-    held block has a slot in ``index`` (``memory/block_index.py``), kept in step
+    held block has a slot in ``index`` (``memory/store/block_index.py``), kept in step
     by every mutation here.
 
     Costs: every query and mutation is O(1) in the number of blocks held, or

@@ -1,8 +1,8 @@
 """Publish the synthetic scene (``videokv_node.synthetic``) as a camera: for the demo and tests.
 
-    python -m videokv_node.ros.synthetic_camera --topic camera/front --frames 120 --fps 4 --rate 10
-    python -m videokv_node.ros.synthetic_camera --topic camera/front --story   # videokv-tiny's demo story
-    python -m videokv_node.ros.synthetic_camera --topic camera/front --odom odom  # with the robot's odometry
+    python -m videokv_node.programs.synthetic_camera --topic camera/front --frames 120 --fps 4 --rate 10
+    python -m videokv_node.programs.synthetic_camera --topic camera/front --story   # videokv-tiny's demo story
+    python -m videokv_node.programs.synthetic_camera --topic camera/front --odom odom  # with the robot's odometry
 
 Header stamps are ``start_ns + i / fps`` (scene time), published ``rate`` times
 faster than real time; the stamps, not the publishing times, are what the

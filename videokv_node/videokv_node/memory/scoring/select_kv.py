@@ -25,7 +25,7 @@ Only the first cumulative sums can be taken (issue 16): ``C_l`` never decreases,
 so the ``N - L'`` smallest over all layers lie among each layer's first ``N - L'``
 (any later one has that many no larger and earlier in the tie order). A question
 therefore softmaxes every candidate's score but sorts only the top ``N - L' + 1``
-of each layer (``memory/top_k.py``: exact, the same values the full sort gives
+of each layer (``memory/store/top_k.py``: exact, the same values the full sort gives
 first), and the kept candidates are a top-k, not a sort of all of them. The
 answers are the full sort's, bit for bit (cumsum is a sequential scan, so a
 prefix of the sums does not depend on what follows it).
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import torch
 
-from videokv_node.memory.top_k import top_k_newest, top_values
+from videokv_node.memory.store.top_k import top_k_newest, top_values
 
 
 def cosine_scores(reps: torch.Tensor, criterion: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The interface every memory policy implements (the factory that picks one: ``policies/__init__.py``).
+"""The interface every memory policy implements (the factory that picks one: ``factory.py``).
 
 A policy decides, never stores: what gets encoded when a frame arrives (one
 block per frame, a whole segment plus its summary, three granularities), what
@@ -7,7 +7,7 @@ block leaves the device when the resident budget is exceeded, where kept
 tokens stand for RoPE, and what a question attends to in each layer. The
 engine and the block store do the moving and the counting, so a policy is a
 small class (see ``policies/``). What a policy may ask of the engine is
-``PolicyHost`` (``policy_host.py``): a policy never sees the engine itself.
+``PolicyHost`` (``host.py``): a policy never sees the engine itself.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import ClassVar
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier, newest_within, recent_within  # recent_within: re-exported for the policies
-from videokv_node.memory.block_index import Candidates
-from videokv_node.memory.block_store import BlockStore
 from videokv_node.memory.config import MemoryConfig
-from videokv_node.memory.encoding import EncodeJob, Unit  # re-exported for the policies
-from videokv_node.memory.policy_host import PolicyHost, Probe  # Probe: re-exported for the policies
-from videokv_node.memory.retrieval_cache import Targets, pack_layout
+from videokv_node.memory.context.encoding import EncodeJob, Unit  # re-exported for the policies
+from videokv_node.memory.context.retrieval_cache import Targets, pack_layout
+from videokv_node.memory.policies.host import PolicyHost, Probe  # Probe: re-exported for the policies
+from videokv_node.memory.store.block import FrameBlock, Tier, newest_within, recent_within  # recent_within: re-exported for the policies
+from videokv_node.memory.store.block_index import Candidates
+from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.attention import AttentionObserver
 
@@ -73,7 +73,7 @@ class MemoryPolicy(ABC):
     name: ClassVar[str]
     uses_offload: ClassVar[bool]  # False: a block leaving the device is evicted, not offloaded
     # True: frames are encoded after the whole resident tier and questions read it as it is, so the
-    # engine keeps it placed between steps (memory/resident_cache.py) instead of rebuilding it.
+    # engine keeps it placed between steps (memory/context/resident_cache.py) instead of rebuilding it.
     resident_context: ClassVar[bool] = False
 
     def __init__(self, config: MemoryConfig, adapter: VideoLLMAdapter) -> None:
@@ -97,7 +97,7 @@ class MemoryPolicy(ABC):
         already checked) and apply any cap of the policy's own now; the engine's caps follow."""
         self.config = config
 
-    # --- state (the engine's state_dict; memory/snapshot.py writes it) -------------
+    # --- state (the engine's state_dict; memory/snapshot/format.py writes it) -------------
     def state_dict(self) -> dict:
         """The per-stream state a restart must get back: ``{"meta": JSON-able dict, "tensors": named tensors}``.
 
@@ -145,7 +145,7 @@ class MemoryPolicy(ABC):
 
     def batch_window(self) -> int | None:
         """Tokens of the window a frame is encoded after, if frames may be prefilled several in one pass
-        (``memory/batch_prefill.py``); None (default): one pass per frame.
+        (``memory/context/batch_prefill.py``); None (default): one pass per frame.
 
         A policy returning W guarantees: ``on_frame`` makes one job of the frame alone, with no
         observer and no ``after_encode`` change to its tokens; ``encoding_context`` is the newest

@@ -17,7 +17,7 @@ With the random-weight ``tiny`` models or a checkpoint directory it shows a scri
 (a red "toolbox" square that stays, a green "apple", a blue "ball" crossing, a printed 7,
 a yellow cone) and asks a multiple-choice, an open and a time-window question.
 
-    python -m videokv_node.ros.demo [--model videokv-tiny|tiny|tiny-qwen2.5-vl|DIR] [--policy POLICY] [--question-stage tgvkv]
+    python -m videokv_node.programs.demo [--model videokv-tiny|tiny|tiny-qwen2.5-vl|DIR] [--policy POLICY] [--question-stage tgvkv]
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import time
 import rclpy
 
 from videokv_node.memory.config import POLICIES, QUESTION_STAGES
-from videokv_node.ros.client import MemoryClient
+from videokv_node.programs.client import MemoryClient
 from videokv_node.ros.conversions import msg_to_pose, time_to_ns
-from videokv_node.ros.synthetic_camera import demo_pose
-from videokv_node.ros.launcher import NodeProcess, isolated_ros_env
+from videokv_node.programs.synthetic_camera import demo_pose
+from videokv_node.programs.launcher import NodeProcess, isolated_ros_env
 from videokv_node.synthetic import SyntheticScene, default_scenario
 
 NS = 1_000_000_000
@@ -99,7 +99,7 @@ def where_and_when(client: MemoryClient, thing: str, truth: tuple[int, int], t0_
 def publish(topic: str, fps: float, t0_ns: int, env: dict, extra: list[str]) -> bool:
     """The camera (and the robot's odometry on /odom), from a separate process; False (with its output) if it failed."""
     pub = subprocess.run(
-        [sys.executable, "-m", "videokv_node.ros.synthetic_camera", "--topic", topic, "--fps", str(fps), "--rate", "10",
+        [sys.executable, "-m", "videokv_node.programs.synthetic_camera", "--topic", topic, "--fps", str(fps), "--rate", "10",
          "--start-ns", str(t0_ns), "--odom", "odom", *extra],
         env=env, capture_output=True, text=True, timeout=300,
     )

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from videokv_node.memory.block import FrameBlock, Tier, newest_within
+from videokv_node.memory.store.block import FrameBlock, Tier, newest_within
 from videokv_node.models.adapter import KVGeometry
 
 TIER_CODE = {Tier.RESIDENT: 0, Tier.OFFLOADED: 1}

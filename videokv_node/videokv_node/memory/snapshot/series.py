@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from videokv_node.memory.snapshot import PreparedSnapshot, SnapshotInfo, Snapshottable, load_snapshot, prepare_snapshot
-from videokv_node.memory.snapshot_files import SnapshotError
+from videokv_node.memory.snapshot.files import SnapshotError
+from videokv_node.memory.snapshot.format import PreparedSnapshot, SnapshotInfo, Snapshottable, load_snapshot, prepare_snapshot
 
 PREFIX = "auto"
 LATEST = "latest"  # memory.restore_on_start value: the newest good snapshot of the series

@@ -15,10 +15,10 @@ from typing import Protocol
 
 import torch
 
-from videokv_node.memory.block import FrameBlock
-from videokv_node.memory.block_store import BlockStore
-from videokv_node.memory.encoding import EncodeJob
-from videokv_node.memory.retrieval_cache import Sink
+from videokv_node.memory.context.encoding import EncodeJob
+from videokv_node.memory.context.retrieval_cache import Sink
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_store import BlockStore
 
 # probe(text) -> (L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
 Probe = Callable[[str], torch.Tensor]

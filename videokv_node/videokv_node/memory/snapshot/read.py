@@ -1,6 +1,6 @@
 """A snapshot's files read back, every record and shape checked, into an engine's state dict.
 
-The inverse of ``snapshot_pack.py``: nothing here changes a memory; ``snapshot.load_snapshot``
+The inverse of ``pack.py``: nothing here changes a memory; ``format.load_snapshot``
 hands the state dict to the engine's ``load_state_dict``. Every tensor stays on the host
 (the engine moves what is resident to its device). Refusals are ``SnapshotError`` saying
 which file or field and why, with both values of a mismatch.
@@ -24,8 +24,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from videokv_node.memory.snapshot_files import MANIFEST, SnapshotError, leftovers, sha256
-from videokv_node.memory.snapshot_pack import FORMAT, READABLE_VERSIONS, SNAPSHOT_VERSION, STATE, TENSORS_V1
+from videokv_node.memory.snapshot.files import MANIFEST, SnapshotError, leftovers, sha256
+from videokv_node.memory.snapshot.pack import FORMAT, READABLE_VERSIONS, SNAPSHOT_VERSION, STATE, TENSORS_V1
 from videokv_node.memory.state import dtype_from_name, dtype_name, reason
 from videokv_node.pose import Pose
 

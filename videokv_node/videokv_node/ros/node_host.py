@@ -1,0 +1,84 @@
+"""What a surface of the node may use of the node, and nothing more: ``NodeHost``.
+
+The node's surfaces (``ask``, ``locate_service``, ``memory_services``, ``snapshots``, ``status``,
+``diagnostics``, ``camera_intake``) are created on activate and destroyed on deactivate; each is
+handed the node and reads its state at each request, because that state changes under it (run-time
+parameters replace ``settings``; a deactivation clears ``worker``, ``poses``, ``long_replay``). They
+type that node as ``NodeHost``, as the memory's policies see the engine as ``PolicyHost``
+(``memory/policies/host.py``): this list is the whole of what they share with the node, and
+``tests/unit/test_node_host.py`` fails on a surface that reads anything else of it.
+
+``VideoKVMixin`` (``node.py``) on an rclpy ``Node`` or ``LifecycleNode`` is the one implementation:
+a structural ``Protocol``, so the node needs no base class for it and a test may hand a surface a
+small fake. The parts that only need ROS (``pose_intake``, ``tf_poses``, ``pose_parking``,
+``params``, ``long_replay_client``) take an rclpy ``Node`` and read none of the node's state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from rclpy.clock import Clock
+
+from videokv_node.ingest.frame_intake import FrameIntake
+from videokv_node.ingest.sampler import FrameSampler
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.ros.long_replay_client import LongReplayClient
+from videokv_node.ros.params import Settings
+from videokv_node.ros.pose_intake import PoseIntake
+from videokv_node.runtime.counters import Counters
+from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
+from videokv_node.runtime.worker import ModelWorker
+
+
+class RosNode(Protocol):
+    """The part of rclpy's ``Node`` the surfaces use: entities created and destroyed, the clock, the logger,
+    names resolved."""
+
+    def get_logger(self) -> Any: ...
+    def get_clock(self) -> Clock: ...
+    def get_fully_qualified_name(self) -> str: ...
+    def resolve_topic_name(self, topic: str, *, only_expand: bool = False) -> str: ...
+    def create_service(self, srv_type, srv_name: str, callback, **kwargs) -> Any: ...
+    def destroy_service(self, service) -> bool: ...
+    def create_subscription(self, msg_type, topic: str, callback, qos_profile, **kwargs) -> Any: ...
+    def destroy_subscription(self, subscription) -> bool: ...
+    def create_publisher(self, msg_type, topic: str, qos_profile, **kwargs) -> Any: ...
+    def destroy_publisher(self, publisher) -> bool: ...
+    def create_timer(self, timer_period_sec: float, callback, callback_group=None, **kwargs) -> Any: ...
+    def destroy_timer(self, timer) -> bool: ...
+
+
+class NodeHost(RosNode, Protocol):
+    """The node as its surfaces see it: its state (None where not held, see ``VideoKVMixin``) and four steps.
+
+    Read an optional attribute once into a local: a deactivation may clear it between two reads.
+    """
+
+    WARN_THROTTLE_S: float  # the least time between two repeats of a warning on a hot path
+    settings: Settings  # replaced whole by a run-time parameter change; read it at each request
+    engine: VideoMemoryEngine | None  # the memory; only the model worker thread runs it
+    worker: ModelWorker | None  # the model worker while active
+    sampler: FrameSampler | None  # which frames are kept, by header stamp
+    intake: FrameIntake | None  # check -> sample -> decode, per-camera counts
+    counters: Counters  # frames and questions, thread-safe
+    poses: PoseIntake | None  # robot poses while active, if pose_topic or pose_source tf
+    long_replay: LongReplayClient | None  # the Spava forwarding while active, if spava.enabled
+    snapshotter: PeriodicSnapshotter | None  # periodic snapshots while active, if memory.snapshot_period_s > 0
+    status: object | None  # the status publishers, set last on activate: surfaces only test it for None
+
+    def active_worker(self) -> ModelWorker:
+        """The running worker; WorkerStopped for a request that raced a deactivation."""
+        ...
+
+    def resolve_camera(self, name: str) -> str:
+        """A camera named in a request, resolved like the node's own topics."""
+        ...
+
+    def drop(self, message: str) -> None:
+        """A frame dropped: counted, and a warning (throttled)."""
+        ...
+
+    def keep(self, destroy: Callable[[Any], Any], entity: Any) -> None:
+        """Have ``destroy(entity)`` called when the node stops work (in the reverse order of creation)."""
+        ...
