@@ -30,6 +30,9 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
+# The choices, from where they are declared (a light import: the memory package loads its engine lazily).
+from videokv_node.memory.config import POLICIES, QUESTION_STAGES
+
 NODE_NAME = "videokv"
 DEFAULT_SNAPSHOT_PERIOD_S = 60.0  # memory_dir given, no period from the argument or the file
 # Launch argument -> (the parameter it sets when given, its type). image_topic and memory_dir set more: _overrides.
@@ -45,6 +48,10 @@ PARAMETERS = {
 _UNSET = " Empty (the default): as the params file says."
 
 
+def _either(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1]
+
+
 def generate_launch_description() -> LaunchDescription:
     default_params = PathJoinSubstitution([FindPackageShare("videokv_node"), "config", "memory.yaml"])
     args = [
@@ -54,9 +61,9 @@ def generate_launch_description() -> LaunchDescription:
                               description="'videokv-tiny' (self-trained, sees for real; the node's default), 'tiny' or "
                                           "'tiny-qwen2.5-vl' (random weights, for tests), or a local checkpoint directory." + _UNSET),
         DeclareLaunchArgument("policy", default_value="",
-                              description="memory policy: full, rekv, streamkv, hermes or mukv." + _UNSET),
+                              description=f"memory policy: {_either(POLICIES)}." + _UNSET),
         DeclareLaunchArgument("question_stage", default_value="",
-                              description="question-time stage: none or tgvkv (TGV-KV)." + _UNSET),
+                              description=f"question-time stage: {_either(QUESTION_STAGES)}." + _UNSET),
         DeclareLaunchArgument("image_topic", default_value="",
                               description="the one camera topic (sets image_topics to [it])." + _UNSET),
         DeclareLaunchArgument("pose_topic", default_value="",

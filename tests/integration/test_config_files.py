@@ -20,7 +20,8 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
 from videokv_node.ingest.sampler import SamplerConfig  # noqa: E402
-from videokv_node.memory.config import POLICIES, QUESTION_STAGES, ConfigError, GenerationConfig, MemoryConfig  # noqa: E402
+from videokv_node.memory.config import (POLICIES, POLICY_CONFIGS, QUESTION_STAGES, ConfigError, GenerationConfig,  # noqa: E402
+                                        MemoryConfig)
 from videokv_node.programs.launcher import isolated_ros_env  # noqa: E402
 from videokv_node.ros.params import NodeSettings, Settings, declare_and_read, parameter_table  # noqa: E402
 
@@ -89,7 +90,7 @@ def test_yaml_nests_sections_and_comments_every_parameter():
     lines = YAML.read_text().splitlines()
     keys = [line.split(":")[0].strip() for line in lines if ":" in line and not line.lstrip().startswith("#")]
     assert keys and not [k for k in keys if "." in k]
-    for section in ("streamkv", "hermes", "mukv", "tgvkv"):
+    for section in [name for name, cls in POLICY_CONFIGS.items() if cls is not None] + ["tgvkv"]:  # every section
         assert isinstance(yaml.safe_load(YAML.read_text())["/**"]["ros__parameters"]["memory"][section], dict)
     for i, line in enumerate(lines):
         stripped = line.strip()

@@ -19,7 +19,8 @@ from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block, store_with
 from videokv_node.memory import GenerationConfig, MemoryConfig, VideoMemoryEngine
 from videokv_node.memory.store.block import Tier
-from videokv_node.memory.store.block_index import BlockIndex, Candidates, top_k_slots
+from videokv_node.memory.scoring.top_k import top_k_masked
+from videokv_node.memory.store.block_index import BlockIndex, Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import StreamKVConfig
 from videokv_node.memory.policies.base import EncodeJob, recent_within
@@ -103,12 +104,12 @@ def test_top_k_equals_a_brute_force_reference(n, k, seed, evict, levels):
     assert picked == brute_top_k(query, [b.key_mean[0] for b in held], [b.block_id for b in held], k)
 
 
-def test_top_k_slots_ignores_masked_slots_even_when_they_score_best():
+def test_top_k_masked_ignores_masked_slots_even_when_they_score_best():
     scores = torch.tensor([9.0, 1.0, 1.0, 5.0])
     mask = torch.tensor([False, True, True, True])
     ids = torch.tensor([0, 1, 2, 3])
-    assert sorted(top_k_slots(scores, mask, ids, 2).tolist()) == [2, 3]  # the tie at 1.0 goes to the newer block
-    assert top_k_slots(scores, mask, ids, 0).numel() == 0
+    assert sorted(top_k_masked(scores, mask, ids, 2).tolist()) == [2, 3]  # the tie at 1.0 goes to the newer block
+    assert top_k_masked(scores, mask, ids, 0).numel() == 0
 
 
 @pytest.mark.parametrize("max_tokens", [0, 3, 4, 8, 13, 100])

@@ -6,6 +6,8 @@ each expected block id can be read off the test.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -13,8 +15,11 @@ from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, MemoryConfig, ReKVConfig
 from videokv_node.memory.policies.factory import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
-from videokv_node.memory.policies.base import EncodeJob, QuestionSelection, recent_within
-from videokv_node.memory.context.retrieval_cache import top_k_blocks
+from videokv_node.memory.policies.base import EncodeJob, recent_within
+from videokv_node.memory.context.question_cache import question_context
+from videokv_node.memory.policies.selection import InPass, Static
+from videokv_node.memory.store.block_index import Candidates
+from videokv_node.memory.scoring.rekv import top_k_blocks
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter
 
 GEO = KVGeometry(n_layers=2, n_kv_heads=2, head_dim=4, n_q_heads=2, dtype=torch.float32)
@@ -66,6 +71,11 @@ def ids(blocks) -> list[int]:
     return [b.block_id for b in blocks]
 
 
+def host_of(store: BlockStore) -> SimpleNamespace:
+    """What a policy's ``select`` reads of the engine here: the store (no probe: none of these policies reads one)."""
+    return SimpleNamespace(store=store)
+
+
 # --- recent_within -----------------------------------------------------------
 @pytest.mark.parametrize(
     "sizes, max_tokens, expected",
@@ -115,9 +125,9 @@ def test_rekv_question_selection_splits_window_and_pool(window_frames, candidate
     config = MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4 * window_frames, retrieve_frames=3,
                           rekv=ReKVConfig(selection="layer"))  # ReKV's in-pass retrieval (shared: test_rekv_shared.py)
     by_id = {b.block_id: b for b in store.blocks()}
-    selection = ReKVPolicy(config, ADAPTER).question_selection(store, [by_id[i] for i in candidates], None, "q")
+    selection = ReKVPolicy(config, ADAPTER).select(host_of(store), Candidates.of(store.index, [by_id[i] for i in candidates]), "q")
     assert ids(selection.fixed) == fixed
-    assert ids(selection.pool) == pool
+    assert ids(selection.pool.blocks()) == pool
     assert selection.k == 3
 
 
@@ -125,9 +135,9 @@ def test_full_takes_every_candidate_as_fixed():
     store = store_with([4] * 5, offloaded=0)
     policy = FullPolicy(MemoryConfig(policy="full", budget_tokens=1000, local_window_tokens=4), ADAPTER)
     by_id = {b.block_id: b for b in store.blocks()}
-    selection = policy.question_selection(store, [by_id[i] for i in (0, 2, 3)], None, "q")
-    assert ids(selection.fixed) == [0, 2, 3]
-    assert (selection.pool, selection.k) == ([], 0)
+    selection = policy.select(host_of(store), Candidates.of(store.index, [by_id[i] for i in (0, 2, 3)]), "q")
+    assert isinstance(selection, Static)  # fixed in every layer, nothing retrieved (no pool, no k)
+    assert [ids(layer) for layer in selection.per_layer] == [[0, 2, 3]] * GEO.n_layers
     assert ids(policy.encoding_context(store, EncodeJob([]))) == [0, 1, 2, 3, 4]  # every resident block, whatever the window
 
 
@@ -155,9 +165,23 @@ def test_policy_offload_flags():
     assert ReKVPolicy.uses_offload is True
 
 
-def test_question_selection_defaults():
-    s = QuestionSelection()
-    assert (s.fixed, s.pool, s.k, s.per_layer) == ([], [], 0, None)
+def test_selections_by_mode():
+    """A static set adds blocks in every layer; an in-pass retrieval whose pool fits in k is a static set
+    of its fixed blocks and the pool; a static set for another number of layers, a bad k or query is refused."""
+    store = store_with([4] * 4)
+    b = {x.block_id: x for x in store.blocks()}
+    s = Static.everywhere([b[0]], GEO.n_layers).plus([b[3]])
+    assert [ids(layer) for layer in s.per_layer] == [[0, 3]] * GEO.n_layers
+    pool = Candidates.of(store.index, [b[1], b[2]])
+    fits = InPass((b[3],), pool, 2).settled(GEO.n_layers)
+    assert isinstance(fits, Static) and [ids(layer) for layer in fits.per_layer] == [[3, 1, 2]] * GEO.n_layers
+    assert InPass((b[3],), pool, 1).settled(GEO.n_layers).pool is pool
+    with pytest.raises(RuntimeError, match="names 1 layers; the model has 2"):
+        question_context(Static.everywhere([b[0]], 1), ADAPTER, store, None, None, None, None)
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        InPass((), pool, -1)
+    with pytest.raises(ValueError, match="query must be one of"):
+        InPass((), pool, 1, query="answer")
 
 
 # --- top_k_blocks ------------------------------------------------------------

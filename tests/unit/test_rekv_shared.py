@@ -6,6 +6,7 @@ queries read from a plain transformers forward with hooks on the attention's que
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,8 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.helpers import random_frames
-from tests.unit.test_policies import GEO, block
+from tests.unit.test_policies import ADAPTER, GEO, block
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.policies.factory import ReKVPolicy
+from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
 
@@ -194,6 +198,34 @@ def test_rerank_keeps_the_fused_best_and_fills_by_each_frames_likelihood(tiny_ad
     rereads = [c for c in calls if c[:2] == (n_read, engine.sink.n_tokens + a.tokens_per_frame)]
     assert [rows for *_, rows in rereads] == ([len(rest)] if kept < 2 else [])  # frames of one size: one forward
     engine.close()
+
+
+@pytest.mark.parametrize("likelihood, expected", [({0: -3.0, 1: -1.0}, [1, 2]), ({0: -1.0, 1: -1.0}, [0, 2]),
+                                                   ({0: -1.0, 1: -3.0}, [0, 2])])
+def test_rerank_is_the_policys_through_read_alone(likelihood, expected):
+    """The hand-computed ranking above (fused order 2, 0, 1) with retrieve_frames 2, rerank 2, rerank_keep 0.5:
+    block 2 kept by the fused order, the other of the 2 the better of 0 and 1 by the host's reading of each
+    alone (ties: the fused order, 0); read once, shortlist in fused order; one static set for every layer."""
+    def km(s0, s1):
+        t = torch.zeros(GEO.n_layers, GEO.n_kv_heads, GEO.head_dim)
+        t[0, 0, 0], t[1, 0, 0] = s0, s1
+        return t
+    store = _store([km(1, 9), km(2, 1), km(3, 0)])
+    query = torch.zeros(GEO.n_layers, 1, GEO.n_q_heads, GEO.head_dim)  # (L, n, H_q, D): one token
+    query[:, 0, 0, 0] = 1.0
+    reads = []
+
+    def read_alone(blocks, text):
+        reads.append(([b.block_id for b in blocks], text))
+        return [likelihood[b.block_id] for b in blocks]
+
+    host = SimpleNamespace(store=store, probe=lambda text: query, read_alone=read_alone)
+    cfg = MemoryConfig(policy="rekv", budget_tokens=1000, local_window_tokens=4, retrieve_frames=2,
+                       rekv=ReKVConfig(selection="shared", question_window=False, rerank=2, rerank_keep=0.5))
+    selection = ReKVPolicy(cfg, ADAPTER).select(host, Candidates(store.index, store.index.candidate_mask()), "q")
+    assert reads == [([0, 1], "q")]
+    assert isinstance(selection, Static)
+    assert [sorted(b.block_id for b in layer) for layer in selection.per_layer] == [expected] * GEO.n_layers
 
 
 def test_rerank_is_off_in_the_paper_preset_and_checked():

@@ -13,7 +13,8 @@ from videokv_node.eval.cli import bag_parser
 from videokv_node.eval.settings import engine_settings, known_parameters
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory import config as memory_config
-from videokv_node.memory.config import POLICIES, POLICY_CONFIGS, GenerationConfig, MemoryConfig, StreamKVConfig
+from videokv_node.memory.config import (DEFAULT_OPTION_SCORING, OPTION_SCORINGS, POLICIES, POLICY_CONFIGS, GenerationConfig,
+                                        MemoryConfig, StreamKVConfig)
 from videokv_node.memory.policies.factory import POLICY_CLASSES
 from videokv_node.memory.policies import registry
 from videokv_node.node_settings import model_defaults
@@ -91,9 +92,20 @@ def test_the_eval_cli_takes_the_node_model_defaults():
     assert model_defaults() == {"model": "videokv-tiny", "device": "auto", "dtype": "auto", "seed": 0, "torch_threads": 0}
 
 
+def _option(parser, flag):
+    return next(a for a in parser._actions if flag in a.option_strings)
+
+
+def test_the_eval_cli_takes_its_choices_from_the_config():
+    """The policy list and the option scorings are written once (memory/config.py), not in the CLI (issue 35)."""
+    policy, scoring = _option(bag_parser(), "--policy"), _option(bag_parser(), "--option-scoring")
+    assert tuple(policy.choices) == POLICIES and all(name in policy.help for name in POLICIES)
+    assert tuple(scoring.choices)[:len(OPTION_SCORINGS)] == OPTION_SCORINGS
+    assert f"default: that parameter's value, {DEFAULT_OPTION_SCORING}" in scoring.help
+
+
 def test_every_declared_policy_has_one_registered_class_in_declared_order():
-    assert POLICIES == ("full", "rekv", "streamkv", "hermes", "mukv")
-    assert list(POLICY_CLASSES) == list(POLICIES)
+    assert POLICIES and list(POLICY_CLASSES) == list(POLICIES)
     assert all(POLICY_CLASSES[name].name == name for name in POLICIES)
     sections = {f.name for f in dataclasses.fields(MemoryConfig)}
     assert {name for name, cls in POLICY_CONFIGS.items() if cls is not None} <= sections

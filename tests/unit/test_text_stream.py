@@ -10,6 +10,7 @@ import pytest
 from videokv_node.eval import text_stream
 from videokv_node.eval.cli import main
 from videokv_node.eval.needles import make_streams, write_streams
+from videokv_node.memory.config import OPTION_SCORINGS
 
 ARGS = ["--model", "tiny-text", "--policy", "rekv", "--no-progress"]
 
@@ -38,7 +39,7 @@ def test_every_question_is_asked_once_per_method_after_the_frames_before_it(tmp_
     out = tmp_path / "out"
     assert main(["--text-stream", str(frames), str(questions), "--out", str(out), *ARGS]) == 0
     got = rows(out)
-    assert [r["method"] for r in got] == ["letter", "likelihood"] * 8  # "both": the node's two ways
+    assert [r["method"] for r in got] == list(OPTION_SCORINGS) * 8  # "both": the node's two ways
     assert asked_after == [8] * 16  # asked at the end, after all 8 frames, and nothing re-encoded
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accuracy_per_method"]["letter"]["n"] == 8

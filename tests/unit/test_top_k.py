@@ -1,4 +1,4 @@
-"""Exact partial sorts (memory/store/top_k.py) and the SelectKV that uses them (issue 16).
+"""Exact partial sorts (memory/scoring/top_k.py) and the SelectKV that uses them (issue 16).
 
 Each partial sort must return, bit for bit, the full sort it replaces: the references below are
 those sorts written out here. Few distinct values force ties at the cut; long inputs with small k
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from videokv_node.memory.scoring.select_kv import layer_budgets, select_kv
-from videokv_node.memory.store.top_k import top_k_newest, top_k_stable, top_values
+from videokv_node.memory.scoring.top_k import top_k_newest, top_k_stable, top_values
 
 
 def scores_from(levels: list[int], scale: float) -> torch.Tensor:

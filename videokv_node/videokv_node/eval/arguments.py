@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from videokv_node.memory.config import OPTION_SCORINGS, POLICIES  # light: the memory package loads its engine lazily
+
 USAGE_ERROR, RUN_ERROR = 2, 1  # exit status: unusable inputs (nothing run); a run that failed part-way
 
 
@@ -24,7 +26,7 @@ def memory_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default=node["dtype"])
     g.add_argument("--seed", type=int, default=node["seed"], help="seed of a tiny model's random weights")
     g.add_argument("--torch-threads", type=int, default=node["torch_threads"], help="intra-op CPU threads (0: torch's default)")
-    g.add_argument("--policy", help="memory.policy: full, rekv, streamkv, hermes, mukv")  # tests/unit/test_settings.py checks the list
+    g.add_argument("--policy", choices=POLICIES, help=f"memory.policy: {', '.join(POLICIES)}")
     g.add_argument("--budget-tokens", type=int, help="memory.budget_tokens")
     g.add_argument("--sample-fps", type=float, help="frames per second per camera entering memory (0: all)")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -40,7 +42,7 @@ def memory_parameters(args: argparse.Namespace) -> dict:
     scoring = getattr(args, "option_scoring", None)
     for name, value in (("memory.policy", args.policy), ("memory.budget_tokens", args.budget_tokens),
                         ("sample_fps", args.sample_fps),
-                        ("answer.option_scoring", scoring if scoring in ("likelihood", "letter") else None)):
+                        ("answer.option_scoring", scoring if scoring in OPTION_SCORINGS else None)):
         if value is not None:
             params[name] = value
     return typed_parameters(params)

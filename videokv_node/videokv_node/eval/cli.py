@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from videokv_node.eval.arguments import RUN_ERROR, USAGE_ERROR, memory_arguments, memory_parameters
+from videokv_node.memory.config import DEFAULT_OPTION_SCORING, OPTION_SCORINGS
 
 if TYPE_CHECKING:
     from videokv_node.eval.bag_io import ImageBag
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 # A bag target from (the command line, the engine settings, the node parameters, the open bag).
 TargetFactory = Callable[[argparse.Namespace, "EngineSettings", dict, "ImageBag"], "BagTarget"]
 PROG = "python -m videokv_node.eval"
+EVAL_ONLY_SCORING = "cloze"  # eval/option_scoring.py: a scoring the node does not offer
 ROS_PROG = "python -m videokv_node.programs.evaluate"  # the same command with the node over DDS (--via ros)
 
 
@@ -57,10 +59,11 @@ def bag_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=0.0, help="real-time factor; 0 (default): as fast as possible")
     p.add_argument("--topics", nargs="+", help="image topics to replay (default: every image topic of the bag)")
     p.add_argument("--video-id", help="entry of the question file to use (default: the bag's name, or the only entry)")
-    p.add_argument("--option-scoring", choices=("likelihood", "letter", "cloze"),
-                   help="multiple choice: likelihood (each option's text as the answer, mean log-probability per token) "
-                        "or letter (the option letters' logits), both as the node answers (sets answer.option_scoring; "
-                        "default: that parameter's value, likelihood), or cloze (summed log-probability, --via engine only)")
+    p.add_argument("--option-scoring", choices=(*OPTION_SCORINGS, EVAL_ONLY_SCORING),
+                   help=f"multiple choice: {' or '.join(OPTION_SCORINGS)} as the node answers (sets answer.option_scoring; "
+                        f"default: that parameter's value, {DEFAULT_OPTION_SCORING}; likelihood: each option's text as the "
+                        f"answer, mean log-probability per token; letter: the option letters' logits), or "
+                        f"{EVAL_ONLY_SCORING} (summed log-probability, --via engine only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     memory_arguments(p)
     return p
@@ -78,7 +81,7 @@ def run_bag(args: argparse.Namespace, targets: Mapping[str, TargetFactory] = TAR
     if args.via not in targets:  # the eval package never imports ROS: the node's side has its own command
         print(f"error: --via {args.via} runs the node over DDS: use {ROS_PROG} (the same arguments)", file=sys.stderr)
         return USAGE_ERROR
-    if args.via == "ros" and args.option_scoring == "cloze":
+    if args.via == "ros" and args.option_scoring == EVAL_ONLY_SCORING:
         print("error: --option-scoring cloze needs --via engine (the node scores by likelihood or letter)", file=sys.stderr)
         return USAGE_ERROR
     try:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
+from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Question
 
-METHODS = ("letter", "likelihood", "cloze")
+METHODS = (*OPTION_SCORINGS, "cloze")  # the node's scorings (memory/config.py) and the eval's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ def choose_option(engine: VideoMemoryEngine, question: str | Question, choices: 
     engine does for a question it refuses.
     """
     base = question if isinstance(question, Question) else Question(question)
-    if method in ("letter", "likelihood"):
+    if method in OPTION_SCORINGS:
         answer = engine.ask(_with_options(base, list(choices)), option_scoring=method)
         return OptionChoice(answer.option_index, answer.option_scores, method, answer.ttft_s, answer.total_s,
                             [e.stamp_ns for e in answer.evidence], answer.n_context_tokens)

@@ -33,7 +33,7 @@ from videokv_node.eval.replay import END_SLACK_S, _ask
 from videokv_node.eval.results import ResultWriter
 from videokv_node.eval.target import AskRefused, MemoryState, Reply
 from videokv_node.eval.text_frames import TextFrameRecord, TextStreamError, load_text_frames
-from videokv_node.memory.config import ConfigError
+from videokv_node.memory.config import OPTION_SCORINGS, ConfigError
 from videokv_node.memory.question import Question, RequestError
 
 
@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="directory for results.csv, summary.json, plots, report.md")
     parser.add_argument("--video-id", help="entry of the question file (default: the frames file's stem, or the only entry)")
     parser.add_argument("--option-scoring", choices=(*METHODS, "both", "all"), default="both",
-                        help="multiple choice: option letter logits, likelihood (mean log-probability per token), "
-                             "cloze (summed log-probability), both (letter and likelihood, one row each) or all")
+                        help="multiple choice: likelihood (mean log-probability per token), letter (the option letters' logits), "
+                             "cloze (summed log-probability), both (the node's two, one row each) or all")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     memory_arguments(parser)
     parser.set_defaults(model="smollm2")
@@ -149,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
     from videokv_node.eval.settings import engine_settings
 
     frames_path, questions_path = (Path(p) for p in args.text_stream)
-    methods = {"both": ("letter", "likelihood"), "all": METHODS}.get(args.option_scoring, (args.option_scoring,))
+    methods = {"both": OPTION_SCORINGS, "all": METHODS}.get(args.option_scoring, (args.option_scoring,))
     try:
         params = memory_parameters(args)
         settings = engine_settings(params)

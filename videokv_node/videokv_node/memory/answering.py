@@ -6,8 +6,8 @@ the engine's adapter, store, sink, policy and question stage, leaves what memory
 what the last question attended to (``last_layer_blocks``, ``last_layer_token_share``,
 ``last_logits``) for evaluation and debugging; durations wait for the device (``clock.py``). The flow:
 
-    question -> candidates (camera / time filter) -> policy.select
-             -> one prefill pass, each layer attending to its own blocks
+    question -> candidates (camera / time filter) -> policy.select -> Static | InPass (policies/selection.py)
+             -> the question's cache (context/question_cache.py) -> one prefill pass, each layer attending to its own blocks
              -> question stage (TGV-KV eviction) -> answer
 """
 
@@ -22,15 +22,16 @@ from videokv_node.memory.context.attended import attended_frames, evidence_of
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.clock import elapsed_s
-from videokv_node.memory.config import OPTION_SCORINGS
+from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, check_choice
 from videokv_node.memory.context.encoding import EncodeJob
-from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, best_by_likelihood, block_masses, likelihood_scores,
-                                        rank_moments, rerank_by_likelihood)
+from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
+                                        rerank_by_likelihood)
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
-from videokv_node.memory.policies.base import QuestionSelection, present_in
+from videokv_node.memory.policies.selection import InPass
 from videokv_node.memory.question import Answer, Continuations, Question, RequestError
+from videokv_node.memory.context.question_cache import question_context
 from videokv_node.memory.context.question_span import question_span
-from videokv_node.memory.context.retrieval_cache import QueryCapture, RetrievingCache, place_layer
+from videokv_node.memory.context.retrieval_cache import QueryCapture
 
 
 class AnsweringMixin:
@@ -95,8 +96,10 @@ class AnsweringMixin:
         text is generated and ``ttft_s`` is the time to the scores.
         """
         scoring = option_scoring or self.generation.answer.option_scoring
-        if scoring not in OPTION_SCORINGS:
-            raise RequestError(f"unknown option scoring {scoring!r}; use one of {OPTION_SCORINGS}")
+        try:
+            check_choice("option_scoring", scoring, OPTION_SCORINGS)  # one check, one message: config_base.check_choice
+        except ConfigError as exc:
+            raise RequestError(f"unknown option scoring: {exc}") from None
         if question.options and scoring == "likelihood":
             return self._ask_by_likelihood(question, on_token)
         t0 = time.perf_counter()
@@ -218,19 +221,18 @@ class AnsweringMixin:
         if not candidates.count and not pending:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
-        selection = self.policy.select(self.store, candidates, self.probe, question.text)
-        if selection.reread:  # memory.rekv.rerank: the shortlist's others, each read alone (memory/locate.py)
-            selection.fixed = selection.fixed + best_by_likelihood(self.adapter, self.store, self.sink, self.policy, selection.reread,
-                                                                   self.generation.answer.locate_prompt, question.text, selection.reread_k)
-        if pending:
-            if len(pending) == len(self.policy.pending_units()):
-                selection.fixed = selection.fixed + self.policy.pending_blocks(self.host)
-            else:
-                selection.fixed = selection.fixed + self.encode_units(EncodeJob(pending))
+        selection = self.policy.select(self.host, candidates, question.text)  # Static | InPass (policies/selection.py)
+        if pending:  # attended in every layer
+            every = len(pending) == len(self.policy.pending_units())
+            selection = selection.plus(self.policy.pending_blocks(self.host) if every else self.encode_units(EncodeJob(pending)))
         geo = self.adapter.geometry
-        rows = question_span(self.adapter, question.text, question.options) if selection.query == "question" else None
-        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, rows=rows)
-        cache, chosen, next_pos = self._question_cache(selection, capture)
+        own = isinstance(selection, InPass) and selection.query == "question"  # ReKV's mean over the question's own rows
+        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim,
+                               rows=question_span(self.adapter, question.text, question.options) if own else None)
+        context = question_context(selection, self.adapter, self.store, self.sink, self.policy.layout, self._place, capture)
+        # Per layer, the block ids attended to (an in-pass retrieval fills them as the layers run), for tests and debugging.
+        self.last_layer_blocks, self._context_len = context.layer_blocks, context.context_len
+        cache, chosen, next_pos = context.cache, context.chosen, context.next_pos
         if next_pos + len(ids) + max_new > self.adapter.max_positions:
             raise RequestError(f"context of {next_pos + len(ids) + max_new} positions exceeds the model's {self.adapter.max_positions}")
         positions = self.adapter.text_positions(next_pos, len(ids))
@@ -265,8 +267,7 @@ class AnsweringMixin:
             blocks, values, method = [chosen[bid] for bid in per_block], list(per_block.values()), "attention"
         moments = rank_moments(blocks, values, max(query.top_k, answer.locate_rerank), sources := {})
         if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/locate.py)
-            moments = rerank_by_likelihood(moments, sources, lambda bs: likelihood_scores(
-                self.adapter, self.store, self.sink, self.policy, bs, answer.locate_prompt, query.text), query.top_k)
+            moments = rerank_by_likelihood(moments, sources, lambda bs: self.read_alone(bs, query.text), query.top_k)
             method += "+likelihood"
         return LocateResult(moments, method, elapsed_s(t0, self.adapter.device))
 
@@ -275,54 +276,10 @@ class AnsweringMixin:
         """Per layer, the stamps of the frames the last question attended to (from ``last_layer_token_share``)."""
         return [sorted(shares) for shares in self.last_layer_token_share]
 
-    def _question_cache(self, selection: QuestionSelection, capture: QueryCapture):
-        """The cache a question attends to, the blocks it uses (filled as layers run) and the next position.
-
-        ``last_layer_blocks[layer]`` records the block ids each layer attended to (for tests and debugging).
-        """
-        n_layers = self.adapter.geometry.n_layers
-        fixed = present_in(selection.fixed, n_layers)
-        k = min(selection.k, selection.pool_size)
-        static = selection.per_layer
-        if static is None and k == selection.pool_size:  # everything fits: no scoring
-            pool = selection.pool_blocks()
-            static = [list(pool) for _ in range(n_layers)]
-        if static is not None:
-            per_layer = [
-                sorted(fixed[l] + [b for b in static[l] if b.layers[l] is not None], key=lambda b: b.order)
-                for l in range(n_layers)
-            ]
-            targets, next_pos = self.policy.layout(self.sink.n_tokens, per_layer)
-            cache = self._place(per_layer, targets)
-            self.last_layer_blocks = [[b.block_id for b in blocks] for blocks in per_layer]
-            self._context_len = max(self.sink.n_tokens + sum(b.layer_tokens(l) for b in blocks) for l, blocks in enumerate(per_layer))
-            return cache, {b.block_id: b for blocks in per_layer for b in blocks}, next_pos
-        # ReKV's in-pass per-layer retrieval: every layer attends to the same number of tokens.
-        if selection.pool_set is None:
-            selection.pool_set = Candidates.of(self.store.index, selection.pool)
-        index, pool_mask = self.store.index, selection.pool_set.mask
-        sizes = index.tokens[pool_mask]  # (N, L) kept tokens, read on the index: no walk over the pool
-        uniform = sizes.numel() == 0 or bool((sizes == sizes[0, 0]).all() and (index.encoded[pool_mask] == sizes[0, 0]).all())
-        if not uniform or any(b.layer_tokens(l) != b.n_tokens for b in selection.fixed for l in range(n_layers)):
-            raise RuntimeError("per-layer retrieval needs uncompressed, equal-size blocks")
-        # The plan's layout needs only its sizes: k pool blocks of the pool's one size (any k of them).
-        plan = sorted(selection.fixed + index.blocks_of(index.newest(pool_mask, k)), key=lambda b: b.order)
-        _, next_pos = self.policy.layout(self.sink.n_tokens, [plan])
-        n_ctx = self.sink.n_tokens + sum(b.n_tokens for b in plan)
-        self._context_len = n_ctx
-        chosen: dict[int, FrameBlock] = {b.block_id: b for b in selection.fixed}
-        self.last_layer_blocks = [[] for _ in range(n_layers)]
-
-        def materialize(layer: int):
-            query = capture.mean(layer)  # (H, D)
-            picked = index.blocks_of(index.top_k(query, layer, pool_mask, k))
-            blocks = sorted(selection.fixed + picked, key=lambda b: b.order)
-            chosen.update((b.block_id, b) for b in picked)
-            self.last_layer_blocks[layer] = [b.block_id for b in blocks]
-            targets, _ = self.policy.layout(self.sink.n_tokens, [blocks])
-            return place_layer(self.adapter, self.store, self.sink, blocks, targets[0], layer)
-
-        return RetrievingCache(n_ctx, materialize, n_layers), chosen, next_pos
+    def read_alone(self, blocks: list[FrameBlock], text: str) -> list[float]:
+        """``PolicyHost.read_alone``: per block, the mean log-probability per token of ``text``'s subject as the
+        answer to ``answer.locate_prompt`` about that block alone (memory/locate.py ``likelihood_scores``)."""
+        return likelihood_scores(self.adapter, self.store, self.sink, self.policy, blocks, self.generation.answer.locate_prompt, text)
 
     def _generate(self, logits: torch.Tensor, cache, next_pos: int, max_new: int, on_token) -> str:
         """Greedy decoding; stops at end-of-turn or ``max_new`` tokens."""

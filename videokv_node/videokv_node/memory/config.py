@@ -31,7 +31,8 @@ HERMES_PSEUDO_MODES, HERMES_SCHEDULE_ENDS = ("probe", "live"), ("last_middle", "
 HERMES_BUDGET_RULES, HERMES_RECENCY = ("hard_cap", "script"), ("frame", "token")
 HERMES_REINDEX = ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
-OPTION_SCORINGS = ("likelihood", "letter")
+OPTION_SCORINGS = ("likelihood", "letter")  # how a multiple-choice question is read: the one list (engine, node, Spava, eval)
+DEFAULT_OPTION_SCORING = OPTION_SCORINGS[0]  # answer.option_scoring's default, and a Spava question's without one
 GRANULARITIES = ("patch", "frame", "segment")
 
 # StreamKV's key elements of a segment (paper, "KV Compression via Guidance Prompt").
@@ -297,7 +298,7 @@ class AnswerConfig:
     # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
     # each option's text on one cached question context; letter is what instruction-following
     # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
-    option_scoring: str = param("likelihood", f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
+    option_scoring: str = param(DEFAULT_OPTION_SCORING, f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
     # ~/locate's second ranking (memory/locate.py, "Likelihood re-ranking"): the model reads each of the
     # first ranking's best frames alone; 0 keeps the first ranking (one probe or prefill, no more).

@@ -6,7 +6,7 @@ from any thread. The flow, ReKV's, with the policy deciding at each step:
     frame -> vision tower -> policy.on_frame -> encode jobs
           -> decoder over [sink + policy.encoding_context] -> blocks -> policy.after_encode (compression)
           -> BlockStore -> caps enforced (policy picks the victims)
-    question -> candidates (camera / time filter) -> policy.question_selection
+    question -> candidates (camera / time filter) -> policy.select -> Static | InPass
              -> one prefill pass, each layer attending to its own blocks
              -> question stage (TGV-KV eviction) -> answer
 
@@ -85,7 +85,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
         # What the policy may ask of the engine (memory/policies/host.py): never the engine itself.
-        self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe)
+        self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe, self.read_alone)
         self.policy.setup(self.host)
         self._stats = self._snapshot()
 

@@ -3,7 +3,7 @@
 Two rankings, chosen by the policy (``MemoryPolicy.locate_scores``):
 
 - **retrieval** (a policy with retrieval scores of its own; ``rekv``): every candidate
-  block scored as ReKV scores it for a question, ``layer_scores`` below, then
+  block scored as ReKV scores it for a question (``scoring/rekv.py`` ``layer_scores``), then
   **averaged over the decoder layers**. ReKV picks its top-k per layer; a ranking over
   all frames needs one number per frame, and the mean over layers keeps the unit of
   ReKV's score (a scaled query-key dot product, the attention logit) and weighs every
@@ -53,7 +53,6 @@ shortlist still comes from the first ranking, so a frame it ranks below N is nev
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,20 +92,6 @@ class LocateResult:
     moments: list[Moment]  # best first, at most top_k
     method: str  # one of METHODS
     latency_s: float  # request start -> ranking done
-
-
-def query_means(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
-    """(L, n, H_q, D) queries -> (L, H_kv, D): mean over the tokens, then over the query heads of each
-    KV group (GQA), as ``retrieval_cache.QueryCapture.mean`` reduces a question's queries for ReKV."""
-    L, _, H_q, D = queries.shape
-    return queries.float().mean(1).view(L, n_kv_heads, H_q // n_kv_heads, D).mean(2)
-
-
-def layer_scores(q_means: torch.Tensor, key_means: torch.Tensor) -> torch.Tensor:
-    """ReKV's block score in every layer: (L, H_kv, D) query means, (N, L, H_kv, D) block key means
-    -> (N, L), score = mean over KV heads of q_h . k_h / sqrt(D) (``retrieval_cache.top_k_blocks``)."""
-    H, D = key_means.shape[2], key_means.shape[3]
-    return torch.einsum("lhd,nlhd->nl", q_means.float(), key_means.float()) / (H * math.sqrt(D))
 
 
 class AttentionMass:
@@ -248,11 +233,3 @@ def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], F
     rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose) for m in moments]
     return sorted(rescored, key=lambda m: -m.score)[:top_k]  # a stable sort: ties keep the order given
 
-
-def best_by_likelihood(adapter, store, sink, policy, blocks: Sequence[FrameBlock], prompt: str, text: str,
-                       k: int) -> list[FrameBlock]:
-    """The ``k`` of ``blocks`` with the best ``likelihood_scores`` (ties: the order given): a question's
-    re-ranked retrieval (``memory.rekv.rerank``), each block read alone as ``~/locate`` re-ranks."""
-    scores = likelihood_scores(adapter, store, sink, policy, blocks, prompt, text)
-    order = sorted(range(len(blocks)), key=lambda i: -scores[i])  # a stable sort: ties keep the order given
-    return [blocks[i] for i in order[:k]]

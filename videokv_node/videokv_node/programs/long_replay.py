@@ -25,6 +25,7 @@ from videokv_interfaces.action import LongReplay
 from videokv_interfaces.msg import ReplayAnswer as ReplayAnswerMsg
 
 from videokv_node.ingest.image_decode import ImageDecodeError
+from videokv_node.memory.config import DEFAULT_OPTION_SCORING
 from videokv_node.ros.conversions import image_to_rgb, msg_to_pose, ns_to_time, pose_to_msg, time_to_ns
 from videokv_node.spava import server
 from videokv_node.spava.job import Progress, ReplayJob, ReplayOutcome, ReplayQuestion, RunJob
@@ -47,7 +48,7 @@ def goal_to_job(goal) -> ReplayJob:
         stamps = [time_to_ns(m.header.stamp) for m in goal.frames]
         cameras = list(goal.frame_cameras) or [""] * len(frames)
     questions = [ReplayQuestion(q.question, tuple(q.options), tuple(q.cameras), time_to_ns(q.since),
-                                time_to_ns(q.until), int(q.max_new_tokens), q.option_scoring or "likelihood")
+                                time_to_ns(q.until), int(q.max_new_tokens), q.option_scoring or DEFAULT_OPTION_SCORING)
                  for q in goal.questions]
     return ReplayJob(frames, stamps, cameras, questions)
 

@@ -28,6 +28,7 @@ from videokv_interfaces.msg import ReplayQuestion
 
 from videokv_node.ingest.frame_archive import FrameArchive
 from videokv_node.ingest.image_decode import encode_raw_image
+from videokv_node.memory.config import DEFAULT_OPTION_SCORING
 from videokv_node.ros.conversions import ns_to_time, pose_to_msg, time_to_ns
 from videokv_node.ros.params import SpavaSettings
 
@@ -69,7 +70,7 @@ class LongReplayClient:
         since = time_to_ns(request.since)
         return bool(getattr(request, "long_replay", False)) or (since > 0 and (oldest_in_memory_ns == 0 or since < oldest_in_memory_ns))
 
-    def try_answer(self, request, response, resolve_camera, option_scoring: str = "likelihood") -> tuple[bool, str]:
+    def try_answer(self, request, response, resolve_camera, option_scoring: str = DEFAULT_OPTION_SCORING) -> tuple[bool, str]:
         """Fill ``response`` (AskVideo response or action result) from the service.
 
         ``option_scoring`` (the node's ``answer.option_scoring``) goes with the question, so a

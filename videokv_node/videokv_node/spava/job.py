@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from videokv_node.memory.config import OPTION_SCORINGS
+from videokv_node.memory.config import DEFAULT_OPTION_SCORING, OPTION_SCORINGS, check_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class ReplayQuestion:
     since_ns: int = 0
     until_ns: int = 0
     max_new_tokens: int = 0  # 0: the service's default
-    option_scoring: str = "likelihood"  # multiple choice: likelihood or letter (memory/config.py AnswerConfig)
+    option_scoring: str = DEFAULT_OPTION_SCORING  # multiple choice: one of memory/config.py OPTION_SCORINGS
 
 
 @dataclass(slots=True)
@@ -54,8 +54,7 @@ class ReplayJob:
                 raise ValueError("an empty question")
             if q.until_ns and q.since_ns > q.until_ns:
                 raise ValueError(f"question {q.question!r}: since is after until")
-            if q.option_scoring not in OPTION_SCORINGS:
-                raise ValueError(f"question {q.question!r}: option_scoring must be one of {OPTION_SCORINGS}, got {q.option_scoring!r}")
+            check_choice(f"question {q.question!r}: option_scoring", q.option_scoring, OPTION_SCORINGS)  # ConfigError: a ValueError
 
     def frames_for(self, q: ReplayQuestion) -> list[int]:
         """Indices of the frames in the question's time window and cameras."""

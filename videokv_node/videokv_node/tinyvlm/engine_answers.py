@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.tinyvlm.heldout import MAX_NEW_TOKENS, is_right
 from videokv_node.tinyvlm.render import render
 from videokv_node.tinyvlm.scenes import Example, normalise_answer
 
-SCORINGS = ("open", "likelihood", "letter")
+SCORINGS = ("open", *OPTION_SCORINGS)  # open answers, then the node's multiple-choice scorings
 
 
 def stream_policies(adapter) -> dict[str, MemoryConfig]:
@@ -57,7 +58,7 @@ def scored_answers(adapter, frames: list, question: str, answer: str, options: l
     for i, rgb in enumerate(frames):
         engine.ingest([Frame("/camera", (i + 1) * 10**9, rgb)])
     out = {"open": normalise_answer(engine.ask(Question(question, max_new_tokens=MAX_NEW_TOKENS)).text) == normalise_answer(answer)}
-    for scoring in ("likelihood", "letter"):
+    for scoring in OPTION_SCORINGS:
         got = engine.ask(Question(question, options=list(options)), option_scoring=scoring)
         out[scoring] = got.option_index == options.index(answer)
     return out

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from videokv_node.memory import Frame, Question, VideoMemoryEngine
+from videokv_node.memory.config import OPTION_SCORINGS
 from videokv_node.tinyvlm.scenes import normalise_answer
 
 COLOURS = {"red": (230, 25, 25), "green": (20, 170, 40), "blue": (25, 55, 225), "yellow": (245, 215, 15)}
@@ -99,7 +100,7 @@ def measure(adapter, settings, scenes: int, seed: int = 5) -> dict:
             right = order.index(truth)
             for fmt in FORMATS:
                 opts = written(order, fmt)
-                for rule in ("likelihood", "letter"):
+                for rule in OPTION_SCORINGS:
                     hits[kind][(fmt, rule)].append(engine.ask(Question(question, options=opts), option_scoring=rule).option_index == right)
                 whole = engine.score_continuations(Question(question), opts)  # the earlier rule: mean over every token
                 means = [lp / n for lp, n in zip(whole.logprobs, whole.n_tokens)]

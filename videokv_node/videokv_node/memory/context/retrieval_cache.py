@@ -29,6 +29,7 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
@@ -160,7 +161,7 @@ class QueryCapture:
     def hook(self, layer: int):
         def _hook(module, inputs, output):  # output: (B, n, H_q * D)
             q = output[0].float().view(-1, self.n_q_heads, self.head_dim)  # (n, H_q, D)
-            self._means[layer] = q[self.rows].mean(0).view(self.n_kv_heads, -1, self.head_dim).mean(1)  # (H_kv, D)
+            self._means[layer] = query_means(q[self.rows], self.n_kv_heads)  # (H_kv, D)
             if self.keep_all:
                 self._all[layer] = q
 
@@ -182,16 +183,3 @@ class QueryCapture:
         finally:
             for h in handles:
                 h.remove()
-
-
-def top_k_blocks(query_mean: torch.Tensor, key_means: torch.Tensor, k: int) -> list[int]:
-    """Indices of the ``k`` best blocks for one layer, best first.
-
-    query_mean: (H_kv, D); key_means: (N, H_kv, D). Score = mean over heads of
-    q_h . k_h / sqrt(D), the scaled dot product attention would use.
-    """
-    scores = torch.einsum("hd,nhd->n", query_mean, key_means) / (key_means.shape[1] * key_means.shape[2] ** 0.5)
-    k = min(k, scores.numel())
-    # Ties broken towards the newer block (stable descending sort on reversed order) for determinism.
-    order = torch.sort(scores.flip(0), descending=True, stable=True).indices[:k]
-    return (scores.numel() - 1 - order).tolist()

@@ -4,9 +4,10 @@ A policy decides, never stores: what gets encoded when a frame arrives (one
 block per frame, a whole segment plus its summary, three granularities), what
 the new tokens attend to while encoded, what is compressed right after, which
 block leaves the device when the resident budget is exceeded, where kept
-tokens stand for RoPE, and what a question attends to in each layer. The
-engine and the block store do the moving and the counting, so a policy is a
-small class (see ``policies/``). What a policy may ask of the engine is
+tokens stand for RoPE, and what a question attends to in each layer (``select``,
+the one way in; its result is typed by mode: ``selection.py``). The engine and
+the block store do the moving and the counting, so a policy is a small class
+(see ``policies/``). What a policy may ask of the engine is
 ``PolicyHost`` (``host.py``): a policy never sees the engine itself.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -23,6 +23,7 @@ from videokv_node.memory.config import MemoryConfig
 from videokv_node.memory.context.encoding import EncodeJob, Unit  # re-exported for the policies
 from videokv_node.memory.context.retrieval_cache import Targets, pack_layout
 from videokv_node.memory.policies.host import PolicyHost, Probe  # Probe: re-exported for the policies
+from videokv_node.memory.policies.selection import Selection
 from videokv_node.memory.store.block import FrameBlock, Tier, newest_within, recent_within  # recent_within: re-exported for the policies
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
@@ -30,41 +31,9 @@ from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.attention import AttentionObserver
 
 __all__ = [
-    "EncodeJob", "MemoryPolicy", "PolicyHost", "Probe", "QuestionSelection", "Unit", "present_in", "recent_resident",
+    "EncodeJob", "MemoryPolicy", "PolicyHost", "Probe", "Unit", "present_in", "recent_resident",
     "recent_within",
 ]
-
-
-@dataclass(slots=True)
-class QuestionSelection:
-    """What a question attends to, per layer.
-
-    Either static (``per_layer``: each layer's blocks, decided before the pass),
-    or ReKV's in-pass retrieval: every ``fixed`` block plus the top ``k`` of
-    ``pool`` (or of ``pool_set``, the same as an index mask, which is scored on
-    the index without a list of blocks), scored separately in each layer with
-    that layer's question query. ``fixed`` blocks are attended in every layer
-    (where they keep tokens).
-    """
-
-    fixed: list[FrameBlock] = field(default_factory=list)
-    pool: list[FrameBlock] = field(default_factory=list)
-    k: int = 0
-    per_layer: list[list[FrameBlock]] | None = None
-    query: str = "prompt"  # in-pass retrieval scores with the mean query of the whole prompt or the question's own tokens
-    pool_set: Candidates | None = None  # when set, the pool (``pool`` is then empty)
-    # Blocks each read alone by the question's likelihood before the pass, the best ``reread_k`` then
-    # attended as ``fixed`` (``memory.rekv.rerank``; memory/locate.py ``best_by_likelihood``).
-    reread: list[FrameBlock] = field(default_factory=list)
-    reread_k: int = 0
-
-    @property
-    def pool_size(self) -> int:
-        return self.pool_set.count if self.pool_set is not None else len(self.pool)
-
-    def pool_blocks(self) -> list[FrameBlock]:
-        """The pool in creation order, however it is given."""
-        return self.pool_set.blocks() if self.pool_set is not None else list(self.pool)
 
 
 class MemoryPolicy(ABC):
@@ -201,23 +170,22 @@ class MemoryPolicy(ABC):
         return victim
 
     # --- questions ----------------------------------------------------------
-    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
-        """``question_selection`` on candidates given as an index mask (what the engine calls).
+    @abstractmethod
+    def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Selection:
+        """What ``question`` attends to among ``candidates`` (a mask over the index, already filtered by
+        camera and time window; ``candidates.blocks()`` lists them in time order, O(candidates) in Python:
+        policies that score every block held read the index under the mask instead, issue 16).
 
-        Default: the candidates as a list, O(candidates) in Python; policies that score every
-        block held (ReKV, StreamKV, MuKV) override it to read the index instead (issue 16).
-        """
-        return self.question_selection(store, candidates.blocks(), probe, question)
+        The one way a question's context is chosen: ``Static`` (each layer's blocks, decided now) or
+        ``InPass`` (ReKV's retrieval inside the pass), ``policies/selection.py``. Whatever the policy
+        needs first (the question's probe, a re-reading of a shortlist) it asks of ``host`` here; the
+        engine only builds the cache the result names. Reads memory, never changes it."""
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         """(N,) this policy's own retrieval score of each candidate for ``text`` (``~/locate``), or None
         when it has none: locate then ranks frames by a question prefill's attention mass
         (``memory/locate.py``). Default: None."""
         return None
-
-    @abstractmethod
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        """Choose the question's context among ``candidates`` (time order, already filtered by camera/time)."""
 
 
 def recent_resident(store: BlockStore, max_tokens: int, stream: str | None = None) -> list[FrameBlock]:

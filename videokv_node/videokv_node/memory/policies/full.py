@@ -9,9 +9,11 @@ since a policy without retrieval could never read it back.
 
 from __future__ import annotations
 
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost
 from videokv_node.memory.policies.registry import register_policy
+from videokv_node.memory.policies.selection import Static
 from videokv_node.memory.store.block import FrameBlock, Tier
+from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 
 
@@ -24,5 +26,5 @@ class FullPolicy(MemoryPolicy):
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return list(store.blocks(Tier.RESIDENT))
 
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        return QuestionSelection(fixed=list(candidates))
+    def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Static:
+        return Static.everywhere(candidates.blocks(), self.n_layers)

@@ -55,10 +55,13 @@ from __future__ import annotations
 import torch
 
 from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, present_in
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, present_in
+from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.scoring.top_k import top_k_stable
 from videokv_node.memory.context.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (
     cross_layer_smooth,
@@ -272,9 +275,8 @@ class HermesPolicy(MemoryPolicy):
             n_keep = self._regular_budget(layer) - self.headroom  # room for the rest of the next chunk
             if ids[layer].numel() <= n_keep:
                 continue
-            order = torch.sort(smoothed[layer], descending=True, stable=True).indices
             kept = torch.zeros(ids[layer].numel(), dtype=torch.bool)
-            kept[order[:n_keep]] = True
+            kept[top_k_stable(smoothed[layer], n_keep)] = True  # ties: the earlier token
             at = 0
             for block in blocks:
                 t = block.layer_tokens(layer)
@@ -341,8 +343,8 @@ class HermesPolicy(MemoryPolicy):
         self.reindexed += 1
 
     # --- questions ------------------------------------------------------------
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        chosen = [b for b in candidates if b.tier is Tier.RESIDENT]
-        if self.summary is not None and self.summary in store and self.summary not in chosen:
+    def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Static:
+        chosen = [b for b in candidates.blocks() if b.tier is Tier.RESIDENT]
+        if self.summary is not None and self.summary in host.store and self.summary not in chosen:
             chosen.append(self.summary)
-        return QuestionSelection(per_layer=[list(chosen) for _ in range(self.n_layers)])
+        return Static.everywhere(chosen, self.n_layers)

@@ -3,13 +3,13 @@
 A policy decides; the engine encodes, stores and counts. Some decisions need the engine's
 help: HERMES places the cache after the prompt sink to score it and mints an id for its
 summary token, StreamKV encodes its open segment ahead of time, policies with guidance
-prompts read a text's queries. ``PolicyHost`` names exactly that, so a policy depends on
+prompts read a text's queries, ReKV's re-ranking reads each frame of a shortlist alone. ``PolicyHost`` names exactly that, so a policy depends on
 this protocol, never on the engine class (no import cycle, and no way to reach the rest).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,10 +45,16 @@ class PolicyHost(Protocol):
     def probe(self, text: str) -> torch.Tensor:
         """(L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink."""
 
+    def read_alone(self, blocks: Sequence[FrameBlock], text: str) -> list[float]:
+        """Per block, the mean log-probability per token (natural log, <= 0) of ``text``'s subject as the
+        answer to ``answer.locate_prompt`` asked over the prompt sink and that block alone (its kept
+        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (memory/locate.py
+        ``likelihood_scores``). Memory is not changed."""
+
 
 @dataclass(slots=True)
 class EngineHost:
-    """A ``PolicyHost`` made of the engine's store, sink and three of its methods: what the engine
+    """A ``PolicyHost`` made of the engine's store, sink and four of its methods: what the engine
     hands its policy (``MemoryPolicy.setup``), so the policy holds these, not the engine. Only the
     engine changes it (``sink`` is dropped on ``close``)."""
 
@@ -57,3 +63,4 @@ class EngineHost:
     new_block_id: Callable[[], int]
     encode_units: Callable[..., list[FrameBlock]]
     probe: Probe
+    read_alone: Callable[[Sequence[FrameBlock], str], list[float]]

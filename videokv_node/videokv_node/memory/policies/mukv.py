@@ -38,7 +38,8 @@ from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection, Unit, recent_resident
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
+from videokv_node.memory.policies.selection import Static
 from videokv_node.memory.scoring.mukv import (
     attention_importance,
     dual_signal,
@@ -46,6 +47,7 @@ from videokv_node.memory.scoring.mukv import (
     keep_indices,
     semi_hierarchical_rerank,
 )
+from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.select_kv import cosine_scores
 from videokv_node.models.attention import attention_probs
 
@@ -176,16 +178,11 @@ class MuKVPolicy(MemoryPolicy):
                 block.rep = rep
 
     # --- questions ----------------------------------------------------------
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        return self.select(store, Candidates.of(store.index, candidates), probe, question)
-
-    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+    def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Static:
         """The three pools read from the index: per granularity, the candidates of that stream in
         creation order and their representatives, one gathered row each."""
-        geo = self.adapter.geometry
-        q = probe(question)[-1].float().mean(0)  # (H_q, D), last layer
-        q = q.view(geo.n_kv_heads, -1, geo.head_dim).mean(1).reshape(-1)  # (H_kv * D,)
-        index = store.index
+        q = query_means(host.probe(question)[-1], self.adapter.geometry.n_kv_heads).reshape(-1)  # (H_kv * D,): the last layer's
+        index = host.store.index
         order = index.by_age(candidates.mask)  # (N,) slots in creation order
         stream = index.stream.index_select(0, order)  # (N,) stream codes
         by_gran = {g: torch.masked_select(order, stream == index.code(g)) for g in GRANULARITIES}  # (N_g,) slots
@@ -201,4 +198,4 @@ class MuKVPolicy(MemoryPolicy):
         slots = {g: by_gran[g].index_select(0, picked[g].to(by_gran[g].device)) for g in present}
         chosen = sorted((b for g in present for b in index.blocks_of(slots[g])), key=lambda b: b.order)
         self.last_selection = {g: [b.block_id for b in index.blocks_of(slots[g])] for g in present}
-        return QuestionSelection(per_layer=[list(chosen) for _ in range(self.n_layers)])
+        return Static.everywhere(chosen, self.n_layers)

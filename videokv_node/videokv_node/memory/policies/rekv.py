@@ -31,8 +31,8 @@ scales differ and a few layers would decide alone. Costs one probe prefill of th
 Re-ranking (``memory.rekv.rerank`` N > 0, with ``selection: shared``; ours, not ReKV's, off in both
 presets): the fused ranking's best N x ``retrieve_frames`` blocks are shortlisted; its first
 ``rerank_keep`` of ``retrieve_frames`` (rounded) are kept in that order, and the rest are the
-shortlist's others best by the question's likelihood about each read alone (``memory/locate.py``,
-``best_by_likelihood``: ``~/locate``'s re-ranking). Why: the mean key of a frame does not single out
+shortlist's others best by the question's likelihood about each read alone (``PolicyHost.read_alone``:
+``~/locate``'s re-ranking, memory/locate.py). Why: the mean key of a frame does not single out
 the frame a question names (SmolLM2's text needles: docs/BENCHMARKS.md, issue 15); the model's reading
 of one frame does when the question names its subject, and misleads when it does not ("What colour is
 the shape?" on videokv-tiny), which the kept share guards. Costs one short read per re-read block
@@ -60,11 +60,14 @@ from __future__ import annotations
 import torch
 
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.memory.store.block_index import Candidates, fused_ranks
+from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.locate import layer_scores, query_means
+from videokv_node.memory.scoring.queries import query_means
+from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, Probe, QuestionSelection, recent_resident, recent_within
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
+from videokv_node.memory.policies.selection import InPass, Selection, Static
+from videokv_node.memory.scoring.top_k import top_k_stable
 
 
 @register_policy
@@ -80,36 +83,34 @@ class ReKVPolicy(MemoryPolicy):
         and the budget holds the sink, the window and a frame with the oldest demoted first."""
         return self.config.local_window_tokens
 
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        rekv = self.config.rekv
-        if rekv.selection == "shared":
-            return self.select(store, Candidates.of(store.index, candidates), probe, question)
-        # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
-        recent = recent_within(candidates, self.config.local_window_tokens) if rekv.question_window else []
-        recent_ids = {b.block_id for b in recent}
-        pool = [b for b in candidates if b.block_id not in recent_ids]
-        return QuestionSelection(fixed=recent, pool=pool, k=self.config.retrieve_frames, query=rekv.query)
-
-    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
-        """``question_selection`` on the index: the window from the newest candidates, the pool as a mask
-        (scored per layer on the index inside the pass, ``BlockIndex.top_k``; or, ``selection: shared``,
-        once for all layers before the pass, ``BlockIndex.fused_top_k``)."""
+    def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Selection:
+        """The recent window from the newest candidates (robot), and the rest as a pool: scored per layer on
+        the index inside the pass (``InPass``: ``layer``, ReKV's), or once for all layers before it
+        (``Static``: ``shared``, ``BlockIndex.fused_top_k``), its shortlist re-read (``rerank``)."""
         rekv = self.config.rekv
         # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
         recent = candidates.recent_within(self.config.local_window_tokens) if rekv.question_window else []
         pool = candidates.without(recent)
-        if rekv.selection == "shared":
-            # Chosen before the pass, so no in-pass query (``rekv.query``) is read.
-            if not pool.count:  # nothing to rank: no probe
-                return QuestionSelection(fixed=recent)
-            q = query_means(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
-            k = self.config.retrieve_frames
-            ranked = store.index.blocks_of(store.index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank)))  # best first
-            keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
-            if not rekv.rerank or len(ranked) <= k or keep >= k:
-                return QuestionSelection(fixed=recent + ranked[:k])
-            return QuestionSelection(fixed=recent + ranked[:keep], reread=ranked[keep:], reread_k=k - keep)
-        return QuestionSelection(fixed=recent, pool_set=pool, k=self.config.retrieve_frames, query=rekv.query)
+        if rekv.selection != "shared":
+            return InPass(tuple(recent), pool, self.config.retrieve_frames, rekv.query)
+        # Chosen before the pass, so no in-pass query (``rekv.query``) is read.
+        if not pool.count:  # nothing to rank: no probe
+            return Static.everywhere(recent, self.n_layers)
+        q = query_means(host.probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
+        k = self.config.retrieve_frames
+        index = host.store.index
+        ranked = index.blocks_of(index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank)))  # best first
+        keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
+        if not rekv.rerank or len(ranked) <= k or keep >= k:
+            return Static.everywhere(recent + ranked[:k], self.n_layers)
+        return Static.everywhere(recent + ranked[:keep] + self._reread(host, ranked[keep:], question, k - keep), self.n_layers)
+
+    @staticmethod
+    def _reread(host: PolicyHost, shortlist: list[FrameBlock], question: str, k: int) -> list[FrameBlock]:
+        """The ``k`` of ``shortlist`` the question's likelihood about each read alone puts first (ties: the
+        shortlist's order, the fused ranking's): ``memory.rekv.rerank``."""
+        scores = torch.tensor(host.read_alone(shortlist, question), dtype=torch.float64)  # (n,) mean log-probabilities
+        return [shortlist[i] for i in top_k_stable(scores, k).tolist()]
 
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         if not candidates:

@@ -61,17 +61,11 @@ from videokv_node.memory.store.block import FrameBlock, LayerKV
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, QuestionSelection, Unit, recent_resident
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
+from videokv_node.memory.policies.selection import Static
 from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
-from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, select_kv
+from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, criterion, select_kv
 from videokv_node.memory.state import dtype_from_name, dtype_name
-
-
-def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
-    """(L, n, H_q, D) probe queries -> (L, H_kv * D) per-layer criterion vectors (token mean, GQA group mean)."""
-    L, _, h_q, d = queries.shape
-    q = queries.float().mean(1).view(L, n_kv_heads, h_q // n_kv_heads, d).mean(2)  # (L, H_kv, D)
-    return q.reshape(L, -1)
 
 
 @register_policy
@@ -104,7 +98,7 @@ class StreamKVPolicy(MemoryPolicy):
 
     def setup(self, host: PolicyHost) -> None:
         self.host = host  # encodes the open segment's cache (``_refresh_open``)
-        self.guidance = criterion(host.probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)
+        self.guidance = criterion(host.probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)  # (L, H_kv * D)
 
     def reset(self) -> None:
         self.segmenter.reset()
@@ -288,10 +282,7 @@ class StreamKVPolicy(MemoryPolicy):
                     store.keep(block, layer, None)
 
     # --- questions ----------------------------------------------------------
-    def question_selection(self, store: BlockStore, candidates: list[FrameBlock], probe: Probe, question: str) -> QuestionSelection:
-        return self.select(store, Candidates.of(store.index, candidates), probe, question)
-
-    def select(self, store: BlockStore, candidates: Candidates, probe: Probe, question: str) -> QuestionSelection:
+    def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Static:
         """SelectKV over every candidate, read from the index: per layer, the candidates that keep
         tokens there in creation order, their mean keys (heads concatenated) one gathered row each.
 
@@ -300,8 +291,8 @@ class StreamKVPolicy(MemoryPolicy):
         a matrix, so scores taken in place would differ from these in the last bits and could flip
         a near-tie; the selection stays the one the gathered scores give."""
         L = self.n_layers
-        query = criterion(probe(question), self.adapter.geometry.n_kv_heads)  # (L, H*D)
-        index = store.index
+        query = criterion(host.probe(question), self.adapter.geometry.n_kv_heads)  # (L, H*D)
+        index = host.store.index
         order = index.by_age(candidates.mask)  # (N,) slots in creation order
         # per layer (n_l,) slots that keep tokens there, in creation order
         ranges = [torch.masked_select(order, index.present[:, layer].index_select(0, order)) for layer in range(L)]
@@ -312,4 +303,4 @@ class StreamKVPolicy(MemoryPolicy):
         bounds = code_bounds(self.cfg.retrieve_frames, CODE_RETRIEVE_TEMP, 128, False) if self.cfg.split == "code" else None
         chosen = select_kv(scores, self.cfg.retrieve_frames * L, bounds)
         self.last_budgets = [int(c.numel()) for c in chosen]
-        return QuestionSelection(per_layer=[index.blocks_of(r[c.to(r.device)]) for r, c in zip(ranges, chosen)])
+        return Static.layers([index.blocks_of(r[c.to(r.device)]) for r, c in zip(ranges, chosen)])

@@ -11,6 +11,10 @@ hand-computed inputs and wired into a policy without either knowing the other.
   semi-hierarchical rerank of MuKV.
 - ``tgvkv``: text-vision layer budgets, text-weighted ranking and text-prioritised
   retention of TGV-KV (arXiv 2606.03075).
+- ``queries``: a text's mean query per KV head, what ReKV, StreamKV (criterion) and MuKV
+  (question vector) score blocks against.
+- ``rekv``: ReKV's block scores (per layer, on the index) and the fused ranks of ``selection: shared``.
+- ``top_k``: the one top-k every selection reads (exact partial sorts, one tie rule each).
 - ``select_kv`` and ``segmenter``: StreamKV's layer-adaptive KV selection (SelectKV) and its
   online semantic segment partitioning.
 

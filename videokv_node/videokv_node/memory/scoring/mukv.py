@@ -25,7 +25,7 @@ from types import MappingProxyType
 import torch
 import torch.nn.functional as F
 
-from videokv_node.memory.store.top_k import top_k_stable
+from videokv_node.memory.scoring.top_k import top_k_stable
 
 GRANULARITIES = ("patch", "frame", "segment")
 # k_g: blocks retrieved per granularity at question time (notes §8; 64 in all).
@@ -47,12 +47,6 @@ _ROUND_EPS = 1e-9
 def _work(x: torch.Tensor) -> torch.Tensor:
     """x in float64 if it is float64, else in float32 (FFT and sums want at least float32)."""
     return x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-
-
-def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k highest scores, best first; ties go to the lower index (a stable sort's
-    first k, computed without sorting them all: ``memory/store/top_k.py``)."""
-    return top_k_stable(scores, k)
 
 
 def attention_importance(probs: torch.Tensor) -> torch.Tensor:
@@ -153,7 +147,7 @@ def keep_indices(scores: torch.Tensor, rho: float) -> torch.Tensor:
     if t == 0:
         return torch.zeros(0, dtype=torch.int64, device=scores.device)
     kappa = max(1, min(t, math.floor(rho * t + _ROUND_EPS)))
-    return torch.sort(_top_k(scores, kappa)).values
+    return torch.sort(top_k_stable(scores, kappa)).values
 
 
 def semi_hierarchical_rerank(
@@ -189,7 +183,7 @@ def semi_hierarchical_rerank(
     for g, s in scores.items():
         if reps[g].shape[0] != s.shape[0] or k[g] < 0 or not 0.0 <= lam[g] <= 1.0:
             raise ValueError(f"{g}: {s.shape[0]} scores, {reps[g].shape[0]} reps, k={k[g]}, lam={lam[g]}")
-        candidates[g] = _top_k(s, over * k[g])  # (M_g,) best first
+        candidates[g] = top_k_stable(s, over * k[g])  # (M_g,) best first
     centroid = None
     segments = candidates.get("segment")
     if segments is not None and segments.numel() > 0:
@@ -201,5 +195,5 @@ def semi_hierarchical_rerank(
             r = _work(reps[g][cand])  # (M_g, C)
             consistency = F.cosine_similarity(r, centroid[None, :].to(r.dtype), dim=1)  # (M_g,)
             s = (1.0 - lam[g]) * s + lam[g] * consistency
-        chosen[g] = torch.sort(cand[_top_k(s, k[g])]).values
+        chosen[g] = torch.sort(cand[top_k_stable(s, k[g])]).values
     return chosen

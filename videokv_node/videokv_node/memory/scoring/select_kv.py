@@ -25,7 +25,7 @@ Only the first cumulative sums can be taken (issue 16): ``C_l`` never decreases,
 so the ``N - L'`` smallest over all layers lie among each layer's first ``N - L'``
 (any later one has that many no larger and earlier in the tie order). A question
 therefore softmaxes every candidate's score but sorts only the top ``N - L' + 1``
-of each layer (``memory/store/top_k.py``: exact, the same values the full sort gives
+of each layer (``memory/scoring/top_k.py``: exact, the same values the full sort gives
 first), and the kept candidates are a top-k, not a sort of all of them. The
 answers are the full sort's, bit for bit (cumsum is a sequential scan, so a
 prefix of the sums does not depend on what follows it).
@@ -37,7 +37,15 @@ from collections.abc import Sequence
 
 import torch
 
-from videokv_node.memory.store.top_k import top_k_newest, top_values
+from videokv_node.memory.scoring.queries import query_means
+from videokv_node.memory.scoring.top_k import top_k_newest, top_k_stable, top_values
+
+
+def criterion(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+    """(L, n, H_q, D) probe queries -> (L, H_kv * D): each layer's criterion c, the text's mean query per
+    KV head (``scoring/queries.py``) with the heads concatenated (Eq. 3: "we do not distinguish between
+    attention heads")."""
+    return query_means(queries, n_kv_heads).reshape(queries.shape[0], -1)
 
 
 def cosine_scores(reps: torch.Tensor, criterion: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -115,8 +123,7 @@ def layer_budgets(scores: Sequence[torch.Tensor], total: int) -> list[int]:
     cums = _leading_cumulative(scores, max(1, total - len(nonempty)))
     if total <= len(nonempty):
         tops = torch.stack([cums[layer][0] for layer in nonempty]) if nonempty else torch.zeros(0)  # (L',)
-        # Stable descending sort keeps layer order among equal tops.
-        for i in torch.sort(tops, descending=True, stable=True).indices[:total].tolist():
+        for i in top_k_stable(tops, total).tolist():  # equal tops: the lower layer
             budgets[nonempty[i]] = 1
         return budgets
     for layer in nonempty:
@@ -198,7 +205,7 @@ def select_kv(scores: Sequence[torch.Tensor], total: int, bounds: tuple[float, f
     indices in ascending order (= time order, so callers can concatenate the
     kept blocks as they were encoded), with ``K_l`` from ``layer_budgets``.
     Equal scores at the cut go to the later index, i.e. the newer candidate,
-    for determinism (the same rule as ``retrieval_cache.top_k_blocks``).
+    for determinism (the same rule as ``scoring/rekv.py`` ``top_k_blocks``).
     ``bounds`` (low, high): split as StreamKV's code does (``code_layer_budgets``) instead.
     """
     out = []

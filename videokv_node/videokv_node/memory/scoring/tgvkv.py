@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import torch
 
+from videokv_node.memory.scoring.top_k import top_k_stable
+
 # A float share that should be an integer must not floor to the integer below.
 _ROUND_EPS = 1e-9
 
@@ -27,11 +29,6 @@ _ROUND_EPS = 1e-9
 def _work(x: torch.Tensor) -> torch.Tensor:
     """x in float64 if it is float64, else in float32."""
     return x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-
-
-def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k highest scores, best first; ties go to the lower index (stable)."""
-    return torch.sort(scores, descending=True, stable=True).indices[:k]
 
 
 def tv_budgets(tv_mass: torch.Tensor, total: int, caps: Sequence[int], floor: Sequence[int]) -> list[int]:
@@ -175,7 +172,7 @@ def text_prioritised_keep(
     s_text, s_vis = s_text.to(text_idx.device), s_vis.to(vis_idx.device)
     n_text = text_idx.numel()
     if budget > n_text:
-        kept = torch.cat([text_idx, vis_idx[_top_k(s_vis, budget - n_text)]])
+        kept = torch.cat([text_idx, vis_idx[top_k_stable(s_vis, budget - n_text)]])
     else:
-        kept = text_idx[_top_k(s_text, budget)]
+        kept = text_idx[top_k_stable(s_text, budget)]
     return torch.sort(kept.to(torch.int64)).values

@@ -15,7 +15,7 @@ A question then builds its candidate set as one boolean mask (camera, time windo
 scores every slot with one matrix product per layer and takes top-k on the device;
 Python touches only the k blocks picked. Selection semantics are the policies' own:
 candidates are ordered by block id (creation order, the order ``BlockStore.blocks()``
-gives), and the tie rules of ``retrieval_cache.top_k_blocks`` and ``select_kv`` hold.
+gives), and the tie rules of ``scoring/rekv.py`` ``top_k_blocks`` and ``select_kv`` hold.
 
 Creation order is kept, not recomputed (issue 16): an order tensor lists the slots in the
 order their blocks entered, a freed slot's entry is marked dead where it stands and the
@@ -30,6 +30,8 @@ from collections.abc import Sequence
 
 import torch
 
+from videokv_node.memory.scoring.rekv import block_scores, fused_ranks
+from videokv_node.memory.scoring.top_k import top_k_masked
 from videokv_node.memory.store.block import FrameBlock, Tier, newest_within
 from videokv_node.models.adapter import KVGeometry
 
@@ -251,14 +253,11 @@ class BlockIndex:
     def top_k(self, query_mean: torch.Tensor, layer: int, mask: torch.Tensor, k: int) -> torch.Tensor:
         """The slots of the ``k`` best blocks of ``mask`` for one layer (any order).
 
-        Score = mean over heads of q_h . k_h / sqrt(D), as ``retrieval_cache.top_k_blocks``,
-        over every slot in one product; ties at the cut go to the newer block, as there.
+        Score: ReKV's, ``scoring/rekv.py`` ``block_scores``, over every slot in one product; ties at
+        the cut go to the newer block, as in ``top_k_blocks`` there.
         query_mean: (H, D).
         """
-        keys = self.key_mean[layer]  # (C, H, D)
-        # One matrix-vector product, (C, H * D) @ (H * D,): einsum over (C, H, D) was 100x slower at 16k slots.
-        scores = (keys.reshape(keys.shape[0], -1) @ query_mean.to(keys).reshape(-1)) / (keys.shape[1] * keys.shape[2] ** 0.5)
-        return top_k_slots(scores, mask, self.block_id, k)
+        return top_k_masked(block_scores(query_mean, self.key_mean[layer]), mask, self.block_id, k)
 
     def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
         """The slots of the ``k`` best blocks of ``mask`` for all layers at once, best first.
@@ -279,36 +278,9 @@ class BlockIndex:
         scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
         fused = fused_ranks(scores, ids)
-        best = top_k_slots(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
+        best = top_k_masked(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
         best = best[torch.argsort(ids[best], descending=True)]  # newer first, then stably by the fused score:
         return slots.index_select(0, best[torch.sort(fused[best], descending=True, stable=True).indices])
-
-
-def fused_ranks(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """(n,) float64 mean over layers of 1 / (1 + rank), from (L, n) per-layer scores of n blocks
-    with ids ``ids``: rank 0 is a layer's highest score, equal scores rank the newer (higher id)
-    block first, -inf (a layer the block does not keep) ranks after every finite score."""
-    L, n = scores.shape
-    # Sort by id descending, then stably by score descending: equal scores keep the newer first.
-    by_id = torch.argsort(ids, descending=True)
-    order = by_id[torch.sort(scores[:, by_id], dim=1, descending=True, stable=True).indices]  # (L, n)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand(L, n))
-    return (1.0 / (1.0 + rank.double())).mean(0)
-
-
-def top_k_slots(scores: torch.Tensor, mask: torch.Tensor, block_id: torch.Tensor, k: int) -> torch.Tensor:
-    """(min(k, count),) slots of the ``k`` highest ``scores`` among ``mask``; equal scores at the cut
-    go to the higher block id (the newer block)."""
-    k = min(k, int(mask.sum()))
-    if k == 0:
-        return block_id.new_zeros(0)
-    vals = scores.masked_fill(~mask, float("-inf"))
-    cut = torch.topk(vals, k).values[-1]
-    above = (vals > cut) & mask
-    ties = (vals == cut) & mask
-    need = k - int(above.sum())
-    tied = torch.topk(torch.where(ties, block_id, torch.full_like(block_id, -1)), need).indices
-    return torch.cat([above.nonzero().flatten(), tied])
 
 
 class Candidates:

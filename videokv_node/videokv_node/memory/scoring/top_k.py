@@ -1,4 +1,14 @@
-"""Exact partial sorts: the first k of a full sort's answer, in O(n) when k is small (issue 16).
+"""The one top-k of the memory: exact partial sorts, the first k of a full sort's answer, in O(n) when k is small (issue 16).
+
+Every selection that keeps "the k best" reads one of these (ReKV's retrieval on the index and
+its list form, SelectKV, MuKV's rerank, TGV-KV's ranking, ReKV's re-reading), so a tie rule
+is written once:
+
+- ``top_k_stable``: best first, equal scores to the lower index (a stable descending sort).
+- ``top_k_newest``: ascending indices, equal scores at the cut to the higher index.
+- ``top_k_masked``: among a mask, any order, equal scores at the cut to the higher ``tie`` value
+  (the block index: the higher block id, the newer block, whatever slot it sits in).
+- ``top_values``: the k highest values, descending.
 
 A question scores every block held (thousands to tens of thousands) but keeps a handful, so
 sorting all the scores to read the first k is O(n log n) work for nothing. Each function
@@ -7,7 +17,8 @@ the k-th value (the cut), every score above the cut is taken, and the ties at th
 taken by the sort's own tie rule; only those k are then sorted. A NaN score, or k close to
 n, falls back to the full sort itself (the same answer by definition).
 
-Tests: tests/unit/test_top_k.py checks each against its full sort on random and tied inputs.
+Tests: tests/unit/test_top_k.py checks each against its full sort on random and tied inputs,
+tests/unit/test_block_index.py ``top_k_masked`` against a brute-force reference.
 """
 
 from __future__ import annotations
@@ -66,3 +77,19 @@ def top_values(scores: torch.Tensor, k: int) -> torch.Tensor:
     if _full_sort_decides(scores, k):
         return torch.sort(scores, descending=True).values[:k]
     return torch.topk(scores, k, sorted=True).values
+
+
+def top_k_masked(scores: torch.Tensor, mask: torch.Tensor, tie: torch.Tensor, k: int) -> torch.Tensor:
+    """(min(k, count),) indices of the ``k`` highest ``scores`` among ``mask``, in no set order; equal
+    scores at the cut go to the higher ``tie`` (the block index passes block ids: the newer block).
+    scores: (n,) float; mask: (n,) bool; tie: (n,) int64, distinct where ``mask``."""
+    k = min(k, int(mask.sum()))
+    if k == 0:
+        return tie.new_zeros(0)
+    vals = scores.masked_fill(~mask, float("-inf"))
+    cut = torch.topk(vals, k).values[-1]
+    above = (vals > cut) & mask
+    ties = (vals == cut) & mask
+    need = k - int(above.sum())
+    tied = torch.topk(torch.where(ties, tie, torch.full_like(tie, -1)), need).indices
+    return torch.cat([above.nonzero().flatten(), tied])
