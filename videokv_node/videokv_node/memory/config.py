@@ -274,10 +274,8 @@ class MemoryConfig:
             raise ConfigError(f"need memory.snapshot_period_s >= 0 (0: off) and memory.snapshot_keep >= 1, got "
                               f"{self.snapshot_period_s} and {self.snapshot_keep}")
         if self.local_window_tokens >= self.budget_tokens:
-            raise ConfigError(
-                f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
-                f"memory.budget_tokens ({self.budget_tokens}): the window is part of the resident budget"
-            )
+            raise ConfigError(f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
+                              f"memory.budget_tokens ({self.budget_tokens}): the window is part of the resident budget")
 
 
 def _check_policy_sections() -> None:
