@@ -5,7 +5,7 @@ and be dropped silently), so frames go into a bounded queue and one worker
 thread feeds them to the engine. Questions and resets go into a separate queue
 that the worker always serves first: a question waits at most for the frame
 being encoded, never for the frame queue behind it, nor for the rest of a batch
-(read-only requests are served between two frames of a batch).
+(read-only requests are served between two prefill passes of a batch).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ class ModelWorker:
     Frames waiting when the worker turns to them go to the engine together, at most
     ``max_batch`` at a time, so the vision encoder runs one batch instead of one call per
     frame; a read-only request (``ask``, ``call(..., read_only=True)``) waiting at the head of
-    the queue runs between two frames of the batch (``engine.ingest``'s ``between``), so it
-    waits for the vision batch and one frame's prefill at most, not for the whole batch.
+    the queue runs between two prefill passes of the batch (``engine.ingest``'s ``between``: a pass
+    is one frame, or up to ``memory.prefill_batch`` where the policy batches), so it waits for the
+    vision batch and one pass at most, not for the whole batch.
     Requests still run in the order they were queued: a reset or write waiting ahead of a
     question holds it until the batch is done.
 
