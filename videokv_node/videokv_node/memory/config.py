@@ -242,6 +242,7 @@ class MemoryConfig:
     offload_bytes: int = param(1 << 30, "cap on host RAM for offloaded KV blocks, allocated once (rekv)", zero_ok=True)
     local_window_tokens: int = param(2048, "tokens of recent frames each new frame attends to while encoding")
     retrieve_frames: int = param(8, "rekv: frame blocks retrieved per layer for a question, besides the recent window", runtime=True, zero_ok=True)
+    prefill_batch: int = param(4, "frames prefilled in one decoder pass when the policy allows it (rekv), each exactly as alone; questions waiting run between two such passes; 1: a pass per frame")
     page_tokens: int = param(4, "allocation unit of the host arena, in tokens")  # divides 196 (LLaVA-OV) and 16 (tiny) exactly
     max_question_tokens: int = param(512, "longer questions are refused", runtime=True)
     snapshot_dir: str = param("", "directory of memory snapshots (~/save_memory, ~/load_memory); empty: snapshots disabled")
@@ -260,7 +261,7 @@ class MemoryConfig:
         check_choice("memory.policy", self.policy, POLICIES)
         check_choice("memory.preset", self.preset, PRESETS)
         check_choice("memory.question_stage", self.question_stage, QUESTION_STAGES)
-        for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens"):
+        for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens", "prefill_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"memory.{name} must be > 0, got {getattr(self, name)}")
         if self.offload_bytes < 0:
@@ -273,10 +274,8 @@ class MemoryConfig:
             raise ConfigError(f"need memory.snapshot_period_s >= 0 (0: off) and memory.snapshot_keep >= 1, got "
                               f"{self.snapshot_period_s} and {self.snapshot_keep}")
         if self.local_window_tokens >= self.budget_tokens:
-            raise ConfigError(
-                f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
-                f"memory.budget_tokens ({self.budget_tokens}): the window is part of the resident budget"
-            )
+            raise ConfigError(f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
+                              f"memory.budget_tokens ({self.budget_tokens}): the window is part of the resident budget")
 
 
 def _check_policy_sections() -> None:

@@ -112,6 +112,17 @@ class MemoryPolicy(ABC):
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
         """Compress right after a job is encoded (its blocks are in the store); nothing by default."""
 
+    def batch_window(self) -> int | None:
+        """Tokens of the window a frame is encoded after, if frames may be prefilled several in one pass
+        (``memory/context/batch_prefill.py``); None (default): one pass per frame.
+
+        A policy returning W guarantees: ``on_frame`` makes one job of the frame alone, with no
+        observer and no ``after_encode`` change to its tokens; ``encoding_context`` is the newest
+        resident blocks (creation order) within W tokens; the caps never demote or evict a block
+        of the next frame's window. The engine checks the window frame by frame and raises if not.
+        """
+        return None
+
     def after_frame(self, host: PolicyHost) -> None:
         """Called once a frame's jobs are encoded and stored, before the caps are enforced; nothing by default."""
 

@@ -52,6 +52,10 @@ heads of each KV group and then over groups; retrieval happens inside the
 question's single prefill pass, each layer using its own query (see
 ``memory/context/retrieval_cache.py``), as ReKV's in-attention retrieval does.
 
+Ingest (ours, exact): up to ``memory.prefill_batch`` queued frames are prefilled in one decoder
+pass, each seeing only the sink, its own sliding window and itself at the positions it would have
+alone (``memory/context/batch_prefill.py``): the same blocks as frame by frame, one weight read.
+
 Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
 query's probe (queries read after the prompt sink), averaged over layers
 (``memory/locate.py`` says why); with ``selection: shared``, the fused rank score the
@@ -80,6 +84,11 @@ class ReKVPolicy(MemoryPolicy):
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return recent_resident(store, self.config.local_window_tokens)
+
+    def batch_window(self) -> int:
+        """Frames may be prefilled together: the window is the newest resident blocks, no compression,
+        and the budget holds the sink, the window and a frame with the oldest demoted first."""
+        return self.config.local_window_tokens
 
     def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Selection:
         """The recent window from the newest candidates (robot), and the rest as a pool: scored per layer on
