@@ -73,7 +73,7 @@ from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
-from videokv_node.memory.policies.selection import InPass, Selection, Static
+from videokv_node.memory.context.selection import InPass, Selection, Static
 from videokv_node.memory.scoring.top_k import top_k_stable
 
 
