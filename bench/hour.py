@@ -39,7 +39,7 @@ import torch
 from bench import report
 from bench.accuracy import POLICIES, load_model
 from bench.hour_report import DOC, MARKERS, render
-from bench.hour_rows import SHARED_BUDGET_ROWS, CachedVision, Row, engine_bytes, group_recall, plan_rows, replace_budget, row_config
+from bench.hour_rows import HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, row_config, switch_row
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
 from bench.report import log
@@ -116,9 +116,8 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
         if row.policy == "ceiling":
             run_ceiling(adapter, stream, questions, truths, row, T, sink)
             continue
-        key = f"{row.policy}/{row.preset}" if row.policy in SHARED_BUDGET_ROWS else row.key
-        if key not in engines:
-            cfg = row_config(row, n, T, sink)
+        cfg = row_config(row, n, T, sink)
+        if (key := engine_key(cfg)) not in engines:
             engines[key] = (VideoMemoryEngine(adapter, cfg, GenerationConfig()), cfg, [])
         engines[key][2].append(row)
     first, last = max(1, n // 10), n - max(1, n // 10)
@@ -139,14 +138,14 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
             for engine, cfg, served in engines.values():
                 for row in served:
                     if len(served) > 1:
-                        engine.reconfigure(replace_budget(cfg, row, n, T, sink))
+                        switch_row(engine, row_config(row, n, T, sink))
                     ask(engine, stream, q, row)
         if (i + 1) % 300 == 0:
             log(f"    {stream.video_id}: {i + 1}/{n} frames, {time.perf_counter() - t0:.0f} s")
     for engine, cfg, served in engines.values():
         for row in served:
             if len(served) > 1:
-                engine.reconfigure(replace_budget(cfg, row, n, T, sink))
+                switch_row(engine, row_config(row, n, T, sink))
             locate(engine, stream, truths, row)
             resident, offloaded = engine_bytes(engine)
             row.bytes_resident.append(resident)
@@ -187,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     presets = tuple(p for p in args.presets.split(",") if p)
     without = frozenset(w for w in args.without.split(",") if w)
-    if not set(policies) <= set(POLICIES) or not all(0 < b < 1 for b in budgets):
-        parser.error(f"--policies must be a subset of {POLICIES} and --budgets shares in (0, 1)")
+    if not set(policies) <= set(POLICIES + HOUR_POLICIES) or not all(0 < b < 1 for b in budgets):
+        parser.error(f"--policies must be a subset of {POLICIES + HOUR_POLICIES} and --budgets shares in (0, 1)")
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     machine = describe(REPO)
     torch.set_num_threads(THREADS)
