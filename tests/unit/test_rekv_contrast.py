@@ -81,7 +81,8 @@ def test_a_lone_block_keeps_its_mean_key_and_a_free_slot_is_refused():
 @given(n=st.integers(1, 25), w=st.integers(0, 6), seed=st.integers(0, 10_000), evict=st.integers(0, 8))
 def test_contrast_equals_the_list_walk(n, w, seed, evict):
     """Random keys, two cameras, evictions leaving reused slots; any subset of slots asked, in any order,
-    gets the reference's rows (what it is asked with never changes a block's contrast)."""
+    gets the reference's rows (what it is asked with never changes a block's contrast), and the index's
+    layer scores (contrasted on the scores) are the reference's contrasted keys scored."""
     rng = random.Random(seed)
     store = BlockStore(GEO, torch.device("cpu"), offload_bytes=0, page_tokens=4)
     held = []
@@ -103,9 +104,16 @@ def test_contrast_equals_the_list_walk(n, w, seed, evict):
         held.append(b2)
     expected = contrast_reference(held, w)
     asked = rng.sample(held, rng.randint(1, len(held)))
-    got = store.index.contrasted_key_means(torch.tensor([store.index.slot_of[b.block_id] for b in asked]), w)
+    slots = torch.tensor([store.index.slot_of[b.block_id] for b in asked])
+    got = store.index.contrasted_key_means(slots, w)
+    query = torch.tensor([[[rng.uniform(-1, 1) for _ in range(GEO.head_dim)] for _ in range(GEO.n_kv_heads)]
+                          for _ in range(GEO.n_layers)])
+    scores = store.index.layer_scores(slots, query, w)  # (L, n): contrasted on the scores, not the keys
     for j, b in enumerate(asked):
         torch.testing.assert_close(got[:, j].double(), expected[b.block_id], atol=1e-5, rtol=1e-5)
+        # ReKV's score of the reference's contrasted key: mean over KV heads of q_h . k_h / sqrt(D), per layer
+        want = (query.double() * expected[b.block_id]).sum((1, 2)) / (GEO.n_kv_heads * GEO.head_dim ** 0.5)
+        torch.testing.assert_close(scores[:, j].double(), want, atol=1e-4, rtol=1e-4)
 
 
 def test_fused_top_k_ranks_the_contrasted_keys():

@@ -129,10 +129,10 @@ class ReKVPolicy(MemoryPolicy):
         if w := self.config.rekv.contrast:  # every candidate against its neighbours, as a question ranks them
             index = self._store.index
             slots = torch.tensor([index.slot_of[b.block_id] for b in candidates], device=index.device)
-            key_means = index.contrasted_key_means(slots, w).transpose(0, 1).to(q.device)  # (N, L, H_kv, D)
+            scores = index.layer_scores(slots, q.to(index.device), w).T.to(q.device)  # (N, L)
         else:
             key_means = torch.stack([b.key_mean for b in candidates]).to(q.device)  # (N, L, H_kv, D); kept on the host
-        scores = layer_scores(q, key_means)  # (N, L)
+            scores = layer_scores(q, key_means)  # (N, L)
         if self.config.rekv.selection == "shared":  # the ranking a question retrieves by
             absent = torch.tensor([[layer is None for layer in b.layers] for b in candidates], device=scores.device)
             ids = torch.tensor([b.block_id for b in candidates], device=scores.device)

@@ -274,33 +274,41 @@ class BlockIndex:
         slots = mask.nonzero().flatten()
         if min(k, n := slots.numel()) == 0:
             return self.block_id.new_zeros(0)
-        L = self.n_layers
         ids = self.block_id.index_select(0, slots)
-        keys = self.contrasted_key_means(slots, contrast).reshape(L, n, -1)  # (L, n, H * D); contrast 0: as held
-        scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
+        scores = self.layer_scores(slots, query_means, contrast)  # (L, n)
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
         fused = fused_ranks(scores, ids)
         best = top_k_masked(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
         best = best[torch.argsort(ids[best], descending=True)]  # newer first, then stably by the fused score:
         return slots.index_select(0, best[torch.sort(fused[best], descending=True, stable=True).indices])
 
+    def layer_scores(self, slots: torch.Tensor, query_means: torch.Tensor, w: int = 0) -> torch.Tensor:
+        """(L, n): ReKV's layer scores of ``slots`` (``scoring/rekv.py``); ``w`` > 0: ``contrasted_key_means``' scores,
+        contrasted on the held blocks' scores instead (linear in the key: the same, H * D times less work)."""
+        (L, _, H, D), (seq, group, rows) = self.key_mean.shape, self._neighbourhood(slots) if w else (slots, None, None)
+        keys = self.key_mean.index_select(1, seq).reshape(L, seq.numel(), -1)  # (L, M, H * D)
+        scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)) / (H * D ** 0.5)  # (L, M, 1)
+        return scores.squeeze(2) if not w else temporal_contrast(scores.unsqueeze(3), group, w)[:, :, 0, 0].index_select(1, rows)
+
     def contrasted_key_means(self, slots: torch.Tensor, w: int) -> torch.Tensor:
-        """(L, n, H, D) float32: the mean keys of ``slots`` ((n,) held slots), each less the mean of its up to ``w``
-        neighbours on each side among the held blocks of its camera and stream in creation order
-        (``scoring/contrast.py``, ``memory.rekv.contrast``); ``w`` 0: the mean keys as held. O(held blocks)."""
+        """(L, n, H, D) float32: the mean keys of held ``slots``, each less the mean of its up to ``w`` neighbours on
+        each side among the held blocks of its camera and stream in creation order (``scoring/contrast.py``)."""
         if w == 0 or slots.numel() == 0:
             return self.key_mean.index_select(1, slots)
+        seq, group, rows = self._neighbourhood(slots)  # O(held blocks)
+        return temporal_contrast(self.key_mean.index_select(1, seq), group, w).index_select(1, rows)
+
+    def _neighbourhood(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(seq, group, rows): held slots by (camera, stream), creation order inside; their groups; ``slots``' rows."""
         held = self.ordered()  # (M,) creation order
         group = self.camera.index_select(0, held) * (len(self._codes) + 1) + self.stream.index_select(0, held)
         group, perm = torch.sort(group, stable=True)  # grouped by (camera, stream), creation order inside a group
         seq = held.index_select(0, perm)  # (M,)
-        contrasted = temporal_contrast(self.key_mean.index_select(1, seq), group, w)  # (L, M, H, D)
         where = torch.full((self.capacity,), -1, dtype=torch.long, device=self.device)
         where[seq] = torch.arange(seq.numel(), device=self.device)
-        rows = where.index_select(0, slots)
-        if bool((rows < 0).any()):
+        if bool(((rows := where.index_select(0, slots)) < 0).any()):
             raise ValueError("contrasted_key_means: a slot that holds no block")
-        return contrasted.index_select(1, rows)
+        return seq, group, rows
 
 
 class Candidates:
