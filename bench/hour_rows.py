@@ -32,6 +32,9 @@ CONTRAST = 3  # memory.rekv.contrast of the +contrast rows: w = 3 ranked the thi
 # Rows of this bench only, besides bench.accuracy's POLICIES: ReKV's shared selection with the temporal contrast
 # (memory/scoring/contrast.py), with the likelihood re-ranking too, and the node's default with it.
 HOUR_POLICIES = ("rekv+contrast", "rekv+contrast+rerank", "default+contrast")
+# The node default's rows run as the node does, still frames merged where the robot preset merges them (issue 36);
+# every other policy row one block per frame, as the papers ingest (bench.still compares on against off).
+NODE_STILL = RedundancyConfig().enabled
 
 
 class CachedVision(VisionBackend):
@@ -163,10 +166,10 @@ def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str
             rows.append(Row(f"recency @ {b:.0%}", "recency", "robot", b, k))
         for preset in presets:
             if preset == "robot" and "default" not in without:
-                rows.append(Row(f"node default (rekv, robot) @ {b:.0%}", "default", "robot", b, k))
+                rows.append(Row(f"node default (rekv, robot) @ {b:.0%}", "default", "robot", b, k, still=NODE_STILL))
             for p in policies:
-                if p != "full+tgvkv":
-                    rows.append(Row(f"{p} ({preset}) @ {b:.0%}", p, preset, b, k))
+                if p != "full+tgvkv":  # the node default with contrast: as the node runs, still frames included
+                    rows.append(Row(f"{p} ({preset}) @ {b:.0%}", p, preset, b, k, still=NODE_STILL and p == "default+contrast"))
     return rows, skipped
 
 
