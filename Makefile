@@ -48,6 +48,11 @@ SHELL := /bin/bash
 TEST_TIMEOUT ?= 300
 FAULT_DUMP_S ?= 240
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), whole files to a worker; 2 for CI's 2 cores, 0 runs in this process
+# (make test TEST_WORKERS=0 PYTEST_ARGS=tests/unit/test_x.py). Each runs torch on one thread
+# (OMP_NUM_THREADS=1 here, and tests/conftest.py), so 2 workers do not oversubscribe 2 cores, and
+# takes its own slice of VIDEOKV_DOMAIN_IDS (tests/conftest.py).
+TEST_WORKERS ?= 2
 # make demo MODEL=/path/to/llava-onevision-qwen2-0.5b-ov-hf POLICY=full
 MODEL ?= videokv-tiny
 POLICY ?= rekv
@@ -62,7 +67,7 @@ build: setup
 	scripts/setup_ros2tools.sh
 
 test: build
-	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
+	. ./env.sh && OMP_NUM_THREADS=1 python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
 
 docs:
 	. ./env.sh && python -m videokv_node.parameters_doc
