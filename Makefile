@@ -67,7 +67,7 @@ build: setup
 	scripts/setup_ros2tools.sh
 
 test: build
-	. ./env.sh && OMP_NUM_THREADS=1 python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
+	. ./env.sh && OMP_NUM_THREADS=1 python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
 
 docs:
 	. ./env.sh && python -m videokv_node.parameters_doc
