@@ -39,7 +39,7 @@ import torch
 from bench import report
 from bench.accuracy import POLICIES, load_model
 from bench.hour_report import DOC, MARKERS, render
-from bench.hour_rows import SHARED_BUDGET_ROWS, CachedVision, Row, engine_bytes, group_recall, plan_rows, replace_budget, row_config
+from bench.hour_rows import HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, row_config, switch_row
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
 from bench.report import log
@@ -64,7 +64,8 @@ def _index(stream, stamp_ns: int) -> int:
 
 def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
     answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
-    attended = {_index(stream, e.stamp_ns) for e in answer.evidence}
+    # A still span (issue 36) stands for every frame from its stamp to its last one.
+    attended = {f for e in answer.evidence for f in range(_index(stream, e.stamp_ns), _index(stream, e.last) + 1)}
     layers = [{_index(stream, s) for s in layer} for layer in engine.last_layer_stamps]
     found, share = group_recall(q.evidence, attended, layers)
     row.correct.append(answer.option_index == q.answer)
@@ -80,9 +81,10 @@ def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
     for t in truths:
         moments = engine.locate(LocateQuery(t.query, top_k=LOCATE_TOP_K)).moments
         shown = {f for app in t.appearances for f in app}
-        got = [_index(stream, m.stamp_ns) for m in moments]
-        row.locate_top1.append(bool(got) and got[0] in shown)
-        row.locate_top3.append(any(f in shown for f in got))
+        spans = [range(_index(stream, m.stamp_ns), _index(stream, m.last_stamp_ns or m.stamp_ns) + 1) for m in moments]
+        got = [s[-1] for s in spans]  # "when did you last see it": a still span's last frame
+        row.locate_top1.append(bool(spans) and any(f in shown for f in spans[0]))
+        row.locate_top3.append(any(f in shown for s in spans for f in s))
         row.locate_error_s.append(abs(max(got) - t.last_frame) * stream.period_s if got else float("inf"))
 
 
@@ -114,9 +116,8 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
         if row.policy == "ceiling":
             run_ceiling(adapter, stream, questions, truths, row, T, sink)
             continue
-        key = f"{row.policy}/{row.preset}" if row.policy in SHARED_BUDGET_ROWS else row.key
-        if key not in engines:
-            cfg = row_config(row, n, T, sink)
+        cfg = row_config(row, n, T, sink)
+        if (key := engine_key(cfg)) not in engines:
             engines[key] = (VideoMemoryEngine(adapter, cfg, GenerationConfig()), cfg, [])
         engines[key][2].append(row)
     first, last = max(1, n // 10), n - max(1, n // 10)
@@ -131,23 +132,25 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
             ms = (time.perf_counter() - t) * 1e3
             for row in served:
                 (row.ingest_first_ms if i < first else row.ingest_last_ms if i >= last else []).append(ms)
+                (row.ingest_still_ms if stream.shot_of(i).kind == "still" else row.ingest_moving_ms).append(ms)
         while pending and pending[0].ask_after == i:
             q = pending.pop(0)
             for engine, cfg, served in engines.values():
                 for row in served:
                     if len(served) > 1:
-                        engine.reconfigure(replace_budget(cfg, row, n, T, sink))
+                        switch_row(engine, row_config(row, n, T, sink))
                     ask(engine, stream, q, row)
         if (i + 1) % 300 == 0:
             log(f"    {stream.video_id}: {i + 1}/{n} frames, {time.perf_counter() - t0:.0f} s")
     for engine, cfg, served in engines.values():
         for row in served:
             if len(served) > 1:
-                engine.reconfigure(replace_budget(cfg, row, n, T, sink))
+                switch_row(engine, row_config(row, n, T, sink))
             locate(engine, stream, truths, row)
             resident, offloaded = engine_bytes(engine)
             row.bytes_resident.append(resident)
             row.bytes_offloaded.append(offloaded)
+            row.encoder_calls.append(engine.stats().frames_ingested - engine.stats().frames_merged)
         engine.close()
 
 
@@ -183,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     presets = tuple(p for p in args.presets.split(",") if p)
     without = frozenset(w for w in args.without.split(",") if w)
-    if not set(policies) <= set(POLICIES) or not all(0 < b < 1 for b in budgets):
-        parser.error(f"--policies must be a subset of {POLICIES} and --budgets shares in (0, 1)")
+    if not set(policies) <= set(POLICIES + HOUR_POLICIES) or not all(0 < b < 1 for b in budgets):
+        parser.error(f"--policies must be a subset of {POLICIES + HOUR_POLICIES} and --budgets shares in (0, 1)")
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     machine = describe(REPO)
     torch.set_num_threads(THREADS)

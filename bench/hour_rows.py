@@ -25,9 +25,13 @@ from bench.accuracy import OFFLOAD_BYTES, memory_config
 from bench.long_stream import recency_config, with_preset
 from videokv_node.memory import MemoryConfig
 from videokv_node.memory.config import ReKVConfig
+from videokv_node.memory.redundancy import RedundancyConfig
 from videokv_node.vision_backend import VisionBackend
 
-SHARED_BUDGET_ROWS = ("rekv", "rekv+shared", "rekv+rerank")  # one engine serves every budget (reconfigure: exact)
+CONTRAST = 3  # memory.rekv.contrast of the +contrast rows: w = 3 ranked the things best (docs/notes/2026-11-27-issue32-robots-hour.md)
+# Rows of this bench only, besides bench.accuracy's POLICIES: ReKV's shared selection with the temporal contrast
+# (memory/scoring/contrast.py), with the likelihood re-ranking too, and the node's default with it.
+HOUR_POLICIES = ("rekv+contrast", "rekv+contrast+rerank", "default+contrast")
 
 
 class CachedVision(VisionBackend):
@@ -75,13 +79,18 @@ class Row:
     bytes_offloaded: list[int] = field(default_factory=list)
     details: list[dict] = field(default_factory=list)  # per question: stream, question, chosen and right option
     note: str = ""
+    still: bool = False  # memory.redundancy.enabled (issue 36): still frames merged into spans
+    encoder_calls: list[int] = field(default_factory=list)  # per stream, frames the engine encoded (ingested - merged)
+    ingest_still_ms: list[float] = field(default_factory=list)  # per frame of a still shot, the row's ingest
+    ingest_moving_ms: list[float] = field(default_factory=list)  # per frame of a moving shot
 
     MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
-              "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded")
+              "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded", "encoder_calls", "ingest_still_ms",
+              "ingest_moving_ms")
 
     @property
     def key(self) -> str:
-        return f"{self.policy}/{self.preset}@{self.budget}"
+        return f"{self.policy}/{self.preset}@{self.budget}" + ("+still" if self.still else "")
 
     def median(self, name: str) -> float | None:
         values = getattr(self, name)
@@ -103,8 +112,33 @@ def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
         return recency_config(k, T, sink)
     if row.policy == "full":
         return memory_config("full", 1.0, n, n, T, sink)
-    cfg = default_config(k, T, sink) if row.policy == "default" else memory_config(row.policy, row.budget, k, n, T, sink)
-    return with_preset(cfg, row.preset) if row.preset != "robot" else cfg
+    base = {"default+contrast": "default", "rekv+contrast": "rekv+shared", "rekv+contrast+rerank": "rekv+rerank"}.get(row.policy, row.policy)
+    cfg = default_config(k, T, sink) if base == "default" else memory_config(base, row.budget, k, n, T, sink)
+    if base != row.policy:
+        cfg = dataclasses.replace(cfg, rekv=dataclasses.replace(cfg.rekv, contrast=CONTRAST))
+    cfg = with_preset(cfg, row.preset) if row.preset != "robot" else cfg
+    return dataclasses.replace(cfg, redundancy=RedundancyConfig(enabled=row.still))  # off unless the row says (issue 36)
+
+
+def engine_key(cfg: MemoryConfig) -> str:
+    """Rows whose configurations differ only in what a question reads (the budget, the retrieval count and,
+    for ``rekv``, its question-time choices ``memory.rekv.*``) encode the same blocks: one engine serves them
+    (``switch_row``)."""
+    fields = dataclasses.asdict(cfg)
+    for name in ("budget_tokens", "retrieve_frames") + (("rekv",) if cfg.policy == "rekv" else ()):
+        del fields[name]
+    return repr(fields)
+
+
+def switch_row(engine, target: MemoryConfig) -> None:
+    """A shared engine (``engine_key``) set to a row's configuration before its question: the budget and
+    retrieval count through ``reconfigure`` (which refuses any other difference), then ReKV's question-time
+    choices, which only ``ReKVPolicy`` reads and only at a question (the node needs a restart for them;
+    here they change no block, so the rows' answers are those of engines of their own)."""
+    engine.reconfigure(dataclasses.replace(target, rekv=engine.config.rekv))
+    if target.rekv != engine.config.rekv:
+        engine.config = dataclasses.replace(engine.config, rekv=target.rekv)
+        engine.policy.config = engine.config
 
 
 def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str, ...], presets: tuple[str, ...],
@@ -150,8 +184,3 @@ def engine_bytes(engine) -> tuple[int, int]:
     stats = engine.stats()
     return stats.bytes_resident, stats.bytes_offloaded
 
-
-def replace_budget(cfg: MemoryConfig, row: Row, n: int, T: int, sink: int) -> MemoryConfig:
-    """The shared engine's configuration switched to ``row``'s budget (run-time fields only)."""
-    target = row_config(row, n, T, sink)
-    return dataclasses.replace(cfg, budget_tokens=target.budget_tokens, retrieve_frames=target.retrieve_frames)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import accuracy, grounding, hour_report, hour_ros, locate_things, long_stream, memory_policies, report, scaling, snapshots, spava_prefill, vision_backends
+from bench import accuracy, grounding, hour_report, hour_ros, locate_things, long_stream, memory_policies, report, scaling, snapshots, spava_prefill, still, vision_backends
 from videokv_node.tinyvlm import option_wording
 from videokv_node.tinyvlm import report as tiny_report
 
@@ -34,6 +34,7 @@ SPANS = [
     (str(option_wording.DOC.relative_to(REPO)), option_wording.BEGIN, option_wording.END),
     (hour_report.DOC, *hour_report.MARKERS),
     (hour_report.DOC, *hour_ros.MARKERS),
+    (still.DOC, *still.MARKERS),
 ]
 
 

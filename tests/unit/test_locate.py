@@ -239,6 +239,9 @@ def test_rank_moments_keeps_each_frames_best_score_and_skips_stampless_summaries
         def pose_at(self, s):
             return dict(zip(self.stamps_ns, self.poses)).get(s)
 
+        def last_stamp(self, s):  # no still span (issue 36)
+            return s
+
     p = Pose.make("odom", (1, 2, 3), (0, 0, 0, 1))
     blocks = [B("c", (1, 2, 3), kind="segment"), B("c", (2,), poses=(p,)), B("c", (0,), kind="summary"), B("d", (2,))]
     moments = rank_moments(blocks, [0.5, 0.1, 9.0, 0.5], top_k=10)

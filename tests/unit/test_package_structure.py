@@ -190,6 +190,23 @@ def test_dependencies_point_one_way():
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
+# Inside memory/, the subpackages are layers too, lowest first (docs/ARCHITECTURE.md): a method's arithmetic
+# (scoring/) knows no blocks, the store knows no context, a question's context knows no policy, and the
+# policies sit on all three; the engine and its records (memory/*.py) sit above them all, snapshot/ beside.
+MEMORY_LAYERS = {"scoring": 1, "store": 2, "context": 3, "policies": 4}
+
+
+def _memory_layer(module: str) -> int | None:
+    parts = module.split(".")
+    return MEMORY_LAYERS.get(parts[2]) if len(parts) > 3 and parts[1] == "memory" else None
+
+
+def test_memory_subpackages_point_one_way():
+    upward = [f"{m} -> {t}" for m, targets in GRAPH.items() for t in sorted(targets)
+              if _memory_layer(m) is not None and _memory_layer(t) is not None and _memory_layer(t) > _memory_layer(m)]
+    assert not upward, "imports from a lower memory/ subpackage into a higher one:\n" + "\n".join(upward)
+
+
 ROS_PACKAGES = ("ros", "programs")  # the only packages that may import ROS
 
 

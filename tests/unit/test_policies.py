@@ -17,7 +17,7 @@ from videokv_node.memory.config import POLICIES, ConfigError, GenerationConfig, 
 from videokv_node.memory.policies.factory import POLICY_CLASSES, FullPolicy, ReKVPolicy, make_policy
 from videokv_node.memory.policies.base import EncodeJob, recent_within
 from videokv_node.memory.context.question_cache import question_context
-from videokv_node.memory.policies.selection import InPass, Static
+from videokv_node.memory.context.selection import InPass, Static
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.scoring.rekv import top_k_blocks
 from videokv_node.models.adapter import KVGeometry, VideoLLMAdapter

@@ -101,7 +101,7 @@ def test_snapshot_round_trip_keeps_poses(tiny_adapter, tmp_path, policy):
     feed(a, frames)
     save_snapshot(a, tmp_path / "snap")
     manifest = json.loads((tmp_path / "snap" / "manifest.json").read_text())
-    assert manifest["version"] == SNAPSHOT_VERSION == 3
+    assert manifest["version"] == SNAPSHOT_VERSION == 4
     b = engine(tiny_adapter, policy)
     load_snapshot(b, tmp_path / "snap")
     assert [x.poses for x in b.store.blocks()] == [x.poses for x in a.store.blocks()]

@@ -35,10 +35,11 @@ def test_runtime_parameters_are_the_documented_ones():
 
 def test_names_follow_the_sections_and_every_parameter_has_a_meaning():
     table = parameters()
-    assert len(table) == 117
+    assert len(table) == 123  # 119 + memory.redundancy.* (issue 36)
     assert {"sample_fps", "sample_tolerance_s", "sample_reset_backward_s", "memory.streamkv.similarity", "memory.streamkv.split",
             "memory.hermes.recency", "memory.hermes.budget_rule", "pose_wait_s",
-            "answer.option_scoring", "memory.rekv.selection", "vision.backend", "spava.archive_bytes", "locate_max_k", "base_frame"} <= set(table)
+            "answer.option_scoring", "memory.rekv.selection", "vision.backend", "spava.archive_bytes", "locate_max_k", "base_frame",
+            "memory.redundancy.enabled", "memory.redundancy.max_cell_diff"} <= set(table)
     assert all(p.info.doc.strip() for p in table.values())
     assert table["memory.mukv.granularities"].default == ["patch", "frame", "segment"]  # tuples as ROS lists
 

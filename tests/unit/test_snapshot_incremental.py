@@ -47,7 +47,7 @@ def test_an_incremental_snapshot_writes_only_new_blocks_and_restores_exactly(tin
     feed(a, frames[10:12])
     second = save_snapshot(a, tmp_path / "s2", base=tmp_path / "s1")
     now = manifest(tmp_path / "s2")
-    assert now["version"] == SNAPSHOT_VERSION == 3  # 3: version 2 plus poses (issue 17)
+    assert now["version"] == SNAPSHOT_VERSION == 4  # 3: version 2 plus poses (issue 17); 4: spans (issue 36)
     segs = segment_blocks(tmp_path / "s2")
     linked = [s for s in segs if (tmp_path / "s1" / s).exists()]
     new = [s for s in segs if s not in linked]

@@ -161,7 +161,7 @@ def test_a_failing_frame_is_counted_and_the_worker_goes_on():
     engine = RecordingEngine()
     engine.gate.set()
     errors = []
-    worker = ModelWorker(engine, queue_size=4, on_ingest_error=errors.append)
+    worker = ModelWorker(engine, queue_size=4, on_ingest_error=errors.append, heap_trim_bytes=0)  # no trim between the frames
     try:
         worker.submit_frame(frame(0, camera="bad"))
         worker.submit_frame(frame(1))
@@ -200,7 +200,7 @@ def test_a_frame_gets_the_pose_that_arrived_while_it_waited_in_the_queue():
     engine = RecordingEngine()
     ingested: list[Frame] = []
     engine.ingest = lambda frames, between=None: (engine.started.set(), engine.gate.wait(10), ingested.extend(frames))
-    worker = ModelWorker(engine, queue_size=10, pose_lookup=history.at)
+    worker = ModelWorker(engine, queue_size=10, pose_lookup=history.at, heap_trim_bytes=0)  # no trim between the batches
     try:
         worker.submit_frame(frame(0))  # before any pose: ingested at once, none to be had
         assert engine.started.wait(5)

@@ -6,7 +6,7 @@ the engine's adapter, store, sink, policy and question stage, leaves what memory
 what the last question attended to (``last_layer_blocks``, ``last_layer_token_share``,
 ``last_logits``) for evaluation and debugging; durations wait for the device (``clock.py``). The flow:
 
-    question -> candidates (camera / time filter) -> policy.select -> Static | InPass (policies/selection.py)
+    question -> candidates (camera / time filter) -> policy.select -> Static | InPass (context/selection.py)
              -> the question's cache (context/question_cache.py) -> one prefill pass, each layer attending to its own blocks
              -> question stage (TGV-KV eviction) -> answer
 """
@@ -27,7 +27,7 @@ from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
                                         rerank_by_likelihood)
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
-from videokv_node.memory.policies.selection import InPass
+from videokv_node.memory.context.selection import InPass
 from videokv_node.memory.question import Answer, Continuations, Question, RequestError
 from videokv_node.memory.context.question_cache import question_context
 from videokv_node.memory.context.question_span import question_span
@@ -221,7 +221,7 @@ class AnsweringMixin:
         if not candidates.count and not pending:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
-        selection = self.policy.select(self.host, candidates, question.text)  # Static | InPass (policies/selection.py)
+        selection = self.policy.select(self.host, candidates, question.text)  # Static | InPass (context/selection.py)
         if pending:  # attended in every layer
             every = len(pending) == len(self.policy.pending_units())
             selection = selection.plus(self.policy.pending_blocks(self.host) if every else self.encode_units(EncodeJob(pending)))

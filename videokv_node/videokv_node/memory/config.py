@@ -20,8 +20,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# ConfigError is re-exported: memory's callers import it from here.
-from videokv_node.config_base import ConfigError, check_choice, check_fraction, param  # noqa: F401
+from videokv_node.config_base import ConfigError, check_choice, check_fraction, param  # noqa: F401 (ConfigError: re-exported)
+from videokv_node.memory.redundancy import RedundancyConfig
 
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
 REKV_QUERIES = ("prompt", "question")
@@ -80,20 +80,20 @@ declare_policy("full")  # keeps every frame until the budget, then evicts the ol
 @policy_config("rekv")
 @dataclass(slots=True)
 class ReKVConfig:
-    """ReKV (the baseline; Di et al., ICLR 2025, public code Becomebright/ReKV), its question-time choices.
-    Its retrieval count and window are MemoryConfig's own (``retrieve_frames``, ``local_window_tokens``)."""
+    """ReKV (the baseline; Di et al., ICLR 2025, code Becomebright/ReKV), its question-time choices; its retrieval count and window are MemoryConfig's."""
 
     query: str = param("prompt", "ReKV: retrieval query, the mean over the whole prompt's tokens (prompt) or the question's own tokens (question, ReKV's code)", choices=REKV_QUERIES)
     question_window: bool = param(True, "ReKV: a question always attends the recent frames within local_window_tokens besides the retrieved ones (ReKV: off, init tokens + top-k over all blocks)")
     selection: str = param("shared", "ReKV: each layer retrieves its own top-k inside the question's pass (layer, ReKV's, the paper preset) or one top-k for all layers, the layers' rankings of the question probe fused (shared, ours, robot: docs/POLICIES.md)", choices=REKV_SELECTIONS)
     rerank: int = param(0, "ReKV, selection shared (ours, not ReKV's): the fused ranking's best N x retrieve_frames blocks are shortlisted, its first rerank_keep of retrieve_frames kept and the rest chosen by the question's likelihood about each block alone (as ~/locate re-ranks, with answer.locate_prompt); 0: off", zero_ok=True)
     rerank_keep: float = param(0.5, "ReKV re-ranking: the share of retrieve_frames taken in the fused ranking's order before the likelihood chooses the rest", fraction=True)
+    contrast: int = param(0, "ReKV, selection shared and ~/locate (ours, not ReKV's): score each block's mean key less the mean of its w neighbours on each side in time (same camera), so what a frame shares with its shot cancels; 0: off, ReKV's mean key", zero_ok=True)
 
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
         check_choice("memory.rekv.selection", self.selection, REKV_SELECTIONS)
-        if self.rerank < 0:
-            raise ConfigError(f"memory.rekv.rerank must be >= 0 (0: off), got {self.rerank}")
+        if min(self.rerank, self.contrast) < 0:
+            raise ConfigError(f"memory.rekv.rerank and memory.rekv.contrast must be >= 0 (0: off), got {self.rerank} and {self.contrast}")
         check_fraction("memory.rekv", "rerank_keep", self.rerank_keep)
 
 
@@ -242,6 +242,7 @@ class MemoryConfig:
     offload_bytes: int = param(1 << 30, "cap on host RAM for offloaded KV blocks, allocated once (rekv)", zero_ok=True)
     local_window_tokens: int = param(2048, "tokens of recent frames each new frame attends to while encoding")
     retrieve_frames: int = param(8, "rekv: frame blocks retrieved per layer for a question, besides the recent window", runtime=True, zero_ok=True)
+    prefill_batch: int = param(4, "frames prefilled in one decoder pass when the policy allows it (rekv), each exactly as alone; questions waiting run between two such passes; 1: a pass per frame")
     page_tokens: int = param(4, "allocation unit of the host arena, in tokens")  # divides 196 (LLaVA-OV) and 16 (tiny) exactly
     max_question_tokens: int = param(512, "longer questions are refused", runtime=True)
     snapshot_dir: str = param("", "directory of memory snapshots (~/save_memory, ~/load_memory); empty: snapshots disabled")
@@ -255,12 +256,13 @@ class MemoryConfig:
     hermes: HermesConfig = field(default_factory=HermesConfig)
     mukv: MuKVConfig = field(default_factory=MuKVConfig)
     tgvkv: TGVKVConfig = field(default_factory=TGVKVConfig)
+    redundancy: RedundancyConfig = field(default_factory=RedundancyConfig)  # still frames (issue 36), any policy
 
     def __post_init__(self) -> None:
         check_choice("memory.policy", self.policy, POLICIES)
         check_choice("memory.preset", self.preset, PRESETS)
         check_choice("memory.question_stage", self.question_stage, QUESTION_STAGES)
-        for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens"):
+        for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens", "prefill_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"memory.{name} must be > 0, got {getattr(self, name)}")
         if self.offload_bytes < 0:
@@ -273,10 +275,8 @@ class MemoryConfig:
             raise ConfigError(f"need memory.snapshot_period_s >= 0 (0: off) and memory.snapshot_keep >= 1, got "
                               f"{self.snapshot_period_s} and {self.snapshot_keep}")
         if self.local_window_tokens >= self.budget_tokens:
-            raise ConfigError(
-                f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
-                f"memory.budget_tokens ({self.budget_tokens}): the window is part of the resident budget"
-            )
+            raise ConfigError(f"memory.local_window_tokens ({self.local_window_tokens}) must be smaller than "
+                              f"memory.budget_tokens ({self.budget_tokens}): the window is part of the resident budget")
 
 
 def _check_policy_sections() -> None:
@@ -294,9 +294,8 @@ _check_policy_sections()
 class AnswerConfig:
     """How an answer is read from the model (ROS parameters ``answer.*``)."""
 
-    # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores
-    # each option's text on one cached question context; letter is what instruction-following
-    # Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
+    # How a multiple-choice question picks its option (VideoMemoryEngine.ask): likelihood scores each option's text on
+    # one cached question context; letter is what instruction-following Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
     option_scoring: str = param(DEFAULT_OPTION_SCORING, f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
     # ~/locate's second ranking (memory/locate.py, "Likelihood re-ranking"): the model reads each of the

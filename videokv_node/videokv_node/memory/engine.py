@@ -1,7 +1,6 @@
 """The video memory engine: frames in, bounded KV memory held, questions answered from it.
 
-One thread owns an engine (the node's model worker); ``stats()`` may be read
-from any thread. The flow, ReKV's, with the policy deciding at each step:
+One thread owns an engine (the node's model worker); ``stats()`` may be read from any thread. The flow, ReKV's:
 
     frame -> vision tower -> policy.on_frame -> encode jobs
           -> decoder over [sink + policy.encoding_context] -> blocks -> policy.after_encode (compression)
@@ -12,7 +11,7 @@ from any thread. The flow, ReKV's, with the policy deciding at each step:
 
 Here: construction, run-time configuration, ingest and encoding, the caps, stats. Questions
 are ``answering.py``'s, the state out and in (and the pose table) ``engine_state.py``'s: two
-mixins of the one engine class. The policy sees the engine only as ``PolicyHost``.
+mixins of the one engine class (a third: ``redundancy.py``'s still frames). The policy sees it only as ``PolicyHost``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from videokv_node.memory.answering import AnsweringMixin
-from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
+from videokv_node.memory.context.batch_prefill import BatchPrefill, build_blocks, prefill
+from videokv_node.memory.store.block import FrameBlock, Tier
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
@@ -36,6 +36,7 @@ from videokv_node.memory.policies.factory import make_policy
 from videokv_node.memory.policies.base import present_in
 from videokv_node.memory.policies.host import EngineHost
 from videokv_node.memory.question import Frame
+from videokv_node.memory.redundancy import StillFilter, StillIngestMixin
 from videokv_node.memory.context.question_stage import make_question_stage
 from videokv_node.memory.context.resident_cache import ResidentCache
 from videokv_node.memory.context.retrieval_cache import QueryCapture, Sink, placed_cache
@@ -44,7 +45,7 @@ from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
 
 
-class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
+class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
     """A bounded KV memory of a camera stream over one Video-LLM.
 
     Guarantees, however long the stream: resident KV (sink included) never
@@ -69,10 +70,10 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.check_budget(memory)
         # full and hermes attend to the resident tier as it is: kept placed between steps (memory/context/resident_cache.py).
         self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
-        self._next_block_id = 0
-        self._ingested = 0
+        self._next_block_id = self._ingested = 0
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
+        self.still = StillFilter(memory.redundancy) if memory.redundancy.enabled else None  # memory/redundancy.py
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self.last_layer_token_share: list[dict[int, float]] = []  # per layer, {stamp: share of its tokens attended}
         self._context_len = 0  # largest per-layer context (sink included) of the last question
@@ -88,9 +89,8 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.policy.setup(self.host)
         self._stats = self._snapshot()
 
-    # --- run-time configuration -------------------------------------------
-    # Fields of MemoryConfig that may change while the stream runs: the rest shapes the
-    # policy, the host arena or the question stage, built once at start.
+    # --- run-time configuration: the fields of MemoryConfig that may change while the stream runs (the rest
+    # shapes the policy, the host arena, the question stage or the still filter, built once at start).
     RUNTIME_FIELDS = ("budget_tokens", "max_question_tokens", "retrieve_frames")
 
     def check_budget(self, memory: MemoryConfig) -> None:
@@ -132,35 +132,58 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         """Encode frames (time order) into memory; returns the blocks made (some may be evicted already).
 
         A policy that encodes segments may make no block for a frame yet (it waits in the open segment).
-        ``between()`` runs after each frame but the last, the memory complete up to that frame, so a
-        read-only request (the worker's waiting questions) need not wait for the whole batch.
+        Where the policy allows (``batch_window``), up to ``memory.prefill_batch`` frames are prefilled
+        in one pass, each exactly as alone (``memory/context/batch_prefill.py``); the policy's steps, the caps
+        and the stats then follow frame by frame, in order. ``between()`` runs after each such chunk
+        but the last, the memory complete up to its last frame, so a read-only request (the worker's
+        waiting questions) need not wait for the whole batch.
         """
+        frames = self._merge_still(frames)  # memory.redundancy: still frames extend stored ones' spans instead
         if not frames:
             return []
         t0 = time.perf_counter()
         feats = self.adapter.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
         vision_ms = elapsed_s(t0, self.adapter.device) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
+        self._frame_poses.update(((f.camera, f.stamp_ns), f.pose) for f in frames if f.pose is not None)
+        units = [Unit(feat=feat, offsets=offsets, camera=f.camera, stamp_ns=f.stamp_ns) for f, feat in zip(frames, feats)]
+        window = self.policy.batch_window()
+        step = self.config.prefill_batch if window is not None else 1
         blocks = []
-        for frame in frames:
-            if frame.pose is not None:
-                self._frame_poses[(frame.camera, frame.stamp_ns)] = frame.pose
-        for i, (frame, feat) in enumerate(zip(frames, feats)):
-            if i and between is not None:
+        for at in range(0, len(units), step):
+            if at and between is not None:
                 between()
             t1 = time.perf_counter()
-            unit = Unit(feat=feat, offsets=offsets, camera=frame.camera, stamp_ns=frame.stamp_ns)
-            self._ingested += 1
-            for job in self.policy.on_frame(self.store, unit):
-                blocks.extend(self._encode_job(job))
-            self.policy.after_frame(self.host)
-            with self._lock:
-                self._enforce_caps()
-            self._place_resident()
-            self._ingest_ms.add(vision_ms + elapsed_s(t1, self.adapter.device) * 1e3)
+            chunk = units[at:at + step]
+            batch = self._prefill_batch(chunk, window) if len(chunk) > 1 else None
+            for i, unit in enumerate(chunk):
+                self._ingested += 1
+                if batch is None:
+                    for job in self.policy.on_frame(self.store, unit):
+                        blocks.extend(self._encode_job(job))
+                else:
+                    batch.check_window(i, blocks[len(blocks) - i:], self.policy.encoding_context(self.store, EncodeJob([])))
+                    job = EncodeJob([unit])
+                    new = build_blocks(self.adapter, job, [batch.positions[i]], batch.keys[i], batch.values[i], [self._next_block_id], self._frame_poses)
+                    self._next_block_id += 1
+                    blocks.extend(self._store_job(job, new))
+                self.policy.after_frame(self.host)
+                with self._lock:
+                    self._enforce_caps()
+                self._place_resident()
+            for _ in chunk:  # the chunk's time shared by its frames
+                self._ingest_ms.add(vision_ms + elapsed_s(t1, self.adapter.device) * 1e3 / len(chunk))
+        self._note_still(blocks)
         self._prune_poses()
         self._stats = self._snapshot()
         return blocks
+
+    def _prefill_batch(self, units: list[Unit], window: int) -> BatchPrefill | None:
+        """Units prefilled in one pass after the first one's context (``memory/context/batch_prefill.py``)."""
+        context = self.policy.encoding_context(self.store, EncodeJob(units[:1]))
+        per_layer = present_in(context, self.adapter.geometry.n_layers)
+        targets, start = self.policy.layout(self.sink.n_tokens, per_layer)
+        return prefill(self.adapter, self.store, self.sink, context, targets, start, units, window)
 
     @torch.inference_mode()
     def encode_units(self, job: EncodeJob, provisional: bool = False) -> list[FrameBlock]:
@@ -190,39 +213,16 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         self.adapter.forward(embeds, all_pos, cache, logits=False, observer=self.policy.encode_observer(job))
         keys = torch.stack([layer.keys[0, :, -n:] for layer in cache.layers])  # (L, H, n, D)
         values = torch.stack([layer.values[0, :, -n:] for layer in cache.layers])
-        # Representative key for retrieval: mean of the *pre-RoPE* keys, so scores do not depend on position.
-        pre_rope = self.adapter.rotate_keys(keys, -all_pos).float()  # (L, H, n, D)
-        blocks, at = [], 0
-        for unit, pos in zip(job.units, positions):
-            t = pos.shape[1]
-            sl = slice(at, at + t)
-            at += t
-            index = torch.arange(t)
-            layers = [
-                LayerKV(index=index, logical=pos, keys=keys[l, :, sl].clone(), values=values[l, :, sl].clone())
-                for l in range(keys.shape[0])
-            ]
-            blocks.append(
-                FrameBlock(
-                    block_id=-(len(job.ready) + len(blocks) + 1) if provisional else self._next_block_id,
-                    camera=unit.camera,
-                    stamp_ns=unit.stamp_ns,
-                    positions=pos,
-                    key_mean=pre_rope[:, :, sl].mean(dim=2).cpu(),
-                    layers=layers,
-                    kind=unit.kind,
-                    stream=job.stream,
-                    stamps_ns=unit.stamps_ns,
-                    rank=unit.rank,
-                    protected=unit.protected,
-                    poses=tuple(self._frame_poses.get((unit.camera, s)) for s in (unit.stamps_ns or (unit.stamp_ns,))),
-                )
-            )
-            self._next_block_id += 0 if provisional else 1
+        first = -(len(job.ready) + 1) if provisional else self._next_block_id
+        ids = [first - i for i in range(len(positions))] if provisional else [first + i for i in range(len(positions))]
+        self._next_block_id += 0 if provisional else len(ids)
+        blocks = build_blocks(self.adapter, job, positions, keys, values, ids, self._frame_poses)
         return list(job.ready) + blocks
 
     def _encode_job(self, job: EncodeJob) -> list[FrameBlock]:
-        blocks = self.encode_units(job)
+        return self._store_job(job, self.encode_units(job))
+
+    def _store_job(self, job: EncodeJob, blocks: list[FrameBlock]) -> list[FrameBlock]:
         with self._lock:
             for block in blocks:
                 self.store.add(block)
@@ -232,9 +232,8 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
 
     def _place(self, per_layer, targets):
         """The cache of a plan: from the resident cache (updated in place) where the policy keeps one."""
-        if self.resident is not None:
-            return self.resident.cache(per_layer, targets)
-        return placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
+        resident = self.resident
+        return resident.cache(per_layer, targets) if resident is not None else placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
 
     def _place_resident(self) -> None:
         """Bring the resident cache to the next frame's encoding context now, so that the next ingest and
@@ -303,6 +302,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
         with self._lock:
             self.store.clear()
             self.policy.reset()
+            self.still = None if self.still is None else StillFilter(self.still.config, self.still.frames_merged)
         if self.resident is not None:
             self.resident.clear()
         self._frame_poses = {}
@@ -333,6 +333,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin):
             return EngineStats(
                 policy=self.policy.name,
                 frames_ingested=self._ingested,
+                frames_merged=0 if self.still is None else self.still.frames_merged,
                 frames_evicted=self.store.evicted_blocks,
                 frames_in_memory=len(self.store),
                 tokens_resident=-(-resident_entries // n_layers),

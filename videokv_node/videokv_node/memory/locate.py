@@ -85,6 +85,7 @@ class Moment:
     camera: str
     score: float  # the ranking's score (LocateResult.method says which)
     pose: Pose | None = None  # the robot's pose then, if the frame came with one
+    last_stamp_ns: int = 0  # a still span's last frame (memory.redundancy, issue 36); 0: none merged, stamp_ns is the last
 
 
 @dataclass(slots=True)
@@ -153,6 +154,8 @@ def rank_moments(blocks: Sequence[FrameBlock], scores: Sequence[float], top_k: i
                     sources[key] = block
             elif m.pose is None:
                 m.pose = block.pose_at(s)
+            if block.last_stamp(s) != s:  # a still span: "when did you last see it" reads its end
+                best[key].last_stamp_ns = max(best[key].last_stamp_ns, block.last_stamp(s))
     ranked = sorted(best.values(), key=lambda m: (-m.score, -m.stamp_ns, m.camera))
     return ranked[:top_k]
 
@@ -230,6 +233,6 @@ def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], F
         b = sources[(m.stamp_ns, m.camera)]
         blocks.setdefault(b.block_id, b)
     by_id = dict(zip(blocks, scores_of(list(blocks.values())), strict=True))
-    rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose) for m in moments]
+    rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose, m.last_stamp_ns) for m in moments]
     return sorted(rescored, key=lambda m: -m.score)[:top_k]  # a stable sort: ties keep the order given
 

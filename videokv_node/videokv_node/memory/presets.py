@@ -40,6 +40,7 @@ _REKV = {
     "rekv.question_window": False,  # the retrieved cache is init + top-k blocks (buffer n_init + topk * block_size)
     "rekv.selection": "layer",  # each layer retrieves its own blocks inside the question's pass
     "rekv.rerank": 0,  # ReKV retrieves by the mean keys alone; it reads no frame before the question
+    "rekv.contrast": 0,  # ReKV scores a block's own mean key
 }
 # StreamKV (seed 000), "Experimental setup": 0.5 fps, local window 15K as ReKV, m = 4, M = 64,
 # threshold 0.99, 8 retrieved frames, 60% compression. The similarity and the layer split of
@@ -103,8 +104,9 @@ _MUKV = {
     "mukv.top_segments": 5,
     "mukv.over_retrieval": 2,
 }
-# TGV-KV (seed 004), a question stage any policy may use: the headline 5% retention.
-_TGVKV = {"tgvkv.keep_ratio": 0.05}
+# TGV-KV (seed 004), a question stage any policy may use: the headline 5% retention; and every seed encodes
+# every sampled frame (still frames merged at ingest are ours, issue 36: memory/redundancy.py).
+_TGVKV = {"tgvkv.keep_ratio": 0.05, "redundancy.enabled": False}
 
 PAPER = MappingProxyType({
     "full": MappingProxyType(dict(_TGVKV)),

@@ -33,6 +33,15 @@ class Evidence:
     stamp_ns: int
     camera: str
     pose: Pose | None = None  # the robot's pose when the frame was taken, if the frame came with one
+    # The last frame it stands for: a still span's end where later frames were merged into it
+    # (memory.redundancy, issue 36), else 0 and read as ``stamp_ns`` (``last``).
+    last_stamp_ns: int = 0
+    last_pose: Pose | None = None  # the robot's pose at last_stamp_ns, if known (``pose`` when no span)
+
+    @property
+    def last(self) -> int:
+        """The last frame's stamp: the span's end, or the frame itself."""
+        return self.last_stamp_ns or self.stamp_ns
 
 
 @dataclass(slots=True)

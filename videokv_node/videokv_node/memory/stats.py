@@ -11,7 +11,7 @@ import numpy as np
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     policy: str
-    frames_ingested: int  # camera frames handed to the engine
+    frames_ingested: int  # camera frames handed to the engine (merged still frames included)
     frames_evicted: int  # blocks removed for good by caps or compression (one per frame for full, rekv, hermes)
     frames_in_memory: int  # blocks held, resident + offloaded (MuKV holds several per frame; summaries count)
     tokens_resident: int  # sink + resident blocks, in tokens' worth over all layers (entries / n_layers, rounded up)
@@ -29,6 +29,7 @@ class EngineStats:
     # within budget_tokens too, but never the encoding window, so the two together may exceed it by the
     # cache's size past the room the window leaves (at most M frames; memory.streamkv.max_segment_s).
     streamkv_open_segment_bytes: int = 0
+    frames_merged: int = 0  # still frames merged into a stored frame's span, not encoded (memory.redundancy; issue 36)
 
 
 class LatencyWindow:

@@ -127,6 +127,7 @@ class VideoLLMAdapter(ABC):
         logits: bool = True,
         observer: AttentionObserver | None = None,
         n_logits: int = 1,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """Run the decoder on (1, n, hidden) ``embeds`` at ``positions`` ((P, n) or (n,)), appending to ``cache``.
 
@@ -136,6 +137,8 @@ class VideoLLMAdapter(ABC):
         (B, n, hidden) ``embeds`` with B > 1 run B rows at the same positions over a cache of batch B
         (frames of one size re-read at once, ``memory/locate.py``; no observer) and keep the leading B.
         ``observer`` sees every layer's post-RoPE queries and keys (``models/attention.py``).
+        ``mask``: (1, 1, n, K) boolean, which keys each new token sees in every layer (K: the
+        cache's length plus n); default causal after the whole cache (``models/attention.py``).
         """
 
     @abstractmethod

@@ -11,7 +11,10 @@ exact because the engine never pads: every cached key is visible and the new
 tokens are causal among themselves, so the mask of query ``i`` of ``q`` against
 ``K`` keys is ``j <= K - q + i``. The engine runs batch size 1, except the
 re-reading of frames of one size (``memory/locate.py``), whose rows have the
-same lengths and so the same mask; an observer reads batch 1 only.
+same lengths and so the same mask; an observer reads batch 1 only. A caller that
+needs another mask gives it (``videokv_mask``, (1, 1, q, K) boolean, the same for every
+layer): several frames prefilled in one pass, each seeing only its own context
+(``memory/context/batch_prefill.py``).
 
 Second reason: policies need attention scores (MuKV's last-layer importance,
 HERMES' pseudo-query attention, TGV-KV's text-to-vision attention). An
@@ -58,6 +61,7 @@ def videokv_attention_forward(
     dropout: float = 0.0,
     scaling: float | None = None,
     videokv_observer: AttentionObserver | None = None,
+    videokv_mask: torch.Tensor | None = None,
     **kwargs,
 ):
     if query.shape[0] != 1 and videokv_observer is not None:
@@ -65,7 +69,12 @@ def videokv_attention_forward(
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     if videokv_observer is not None:
         videokv_observer(module.layer_idx, query, key, scale)
-    mask = offset_causal_mask(query.shape[2], key.shape[2], query.device)
+    if videokv_mask is None:
+        mask = offset_causal_mask(query.shape[2], key.shape[2], query.device)
+    elif videokv_mask.shape[-2:] != (query.shape[2], key.shape[2]):
+        raise ValueError(f"mask {tuple(videokv_mask.shape)} for {query.shape[2]} queries over {key.shape[2]} keys")
+    else:
+        mask = videokv_mask
     kwargs.pop("is_causal", None)
     return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scale, is_causal=False, **kwargs)
 

@@ -165,6 +165,7 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
         logits: bool = True,
         observer: AttentionObserver | None = None,
         n_logits: int = 1,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         positions = positions if positions.dim() == 1 else positions[0]  # 1-D RoPE: rows are equal
         out = self._lm(
@@ -173,6 +174,7 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
             past_key_values=cache,
             use_cache=True,
             videokv_observer=observer,
+            videokv_mask=mask,
         )
         return self._last_logits(out, n_logits) if logits else None
 

@@ -275,6 +275,7 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
         logits: bool = True,
         observer: AttentionObserver | None = None,
         n_logits: int = 1,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         n = embeds.shape[1]
         if positions.dim() == 1:
@@ -287,6 +288,7 @@ class Qwen25VLAdapter(ChatVideoLLMAdapter):
             past_key_values=cache,
             use_cache=True,
             videokv_observer=observer,
+            videokv_mask=mask,
         )
         return self._last_logits(out, n_logits) if logits else None
 

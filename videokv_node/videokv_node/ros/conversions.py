@@ -75,6 +75,8 @@ def fill_response(response, answer: Answer):
     response.evidence_stamps = [ns_to_time(e.stamp_ns) for e in answer.evidence]
     response.evidence_cameras = [e.camera for e in answer.evidence]
     response.evidence_poses = [pose_to_msg(e.pose, e.stamp_ns) for e in answer.evidence]
+    response.evidence_last_stamps = [ns_to_time(e.last) for e in answer.evidence]
+    response.evidence_last_poses = [pose_to_msg(e.last_pose if e.last_stamp_ns else e.pose, e.last) for e in answer.evidence]
     response.ttft_s = float(answer.ttft_s)
     response.total_s = float(answer.total_s)
     return response
@@ -125,6 +127,7 @@ def fill_stats(msg, stats: EngineStats, counters: dict[str, int], queue_depth: i
     msg.frames_received = counters["received"]
     msg.frames_sampled = counters["sampled"]
     msg.frames_ingested = stats.frames_ingested
+    msg.frames_merged = stats.frames_merged
     msg.frames_dropped = counters["dropped"]
     msg.frames_evicted = stats.frames_evicted
     msg.frames_in_memory = stats.frames_in_memory

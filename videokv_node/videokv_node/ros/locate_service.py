@@ -34,6 +34,7 @@ def fill_locate_response(response, result):
     response.stamps = [ns_to_time(m.stamp_ns) for m in result.moments]
     response.cameras = [m.camera for m in result.moments]
     response.poses = [pose_to_msg(m.pose, m.stamp_ns) for m in result.moments]
+    response.last_stamps = [ns_to_time(m.last_stamp_ns or m.stamp_ns) for m in result.moments]
     response.scores = [float(m.score) for m in result.moments]
     response.method = result.method
     response.latency_s = float(result.latency_s)

@@ -109,6 +109,7 @@ class LongReplayClient:
         response.answer, response.option_index, response.option_scores = a.answer, a.option_index, list(a.option_scores)
         response.evidence_stamps, response.evidence_cameras = list(a.evidence_stamps), list(a.evidence_cameras)
         response.evidence_poses = list(a.evidence_poses)
+        response.evidence_last_stamps, response.evidence_last_poses = list(a.evidence_stamps), list(a.evidence_poses)  # no spans in a replay
         response.ttft_s, response.total_s = a.ttft_s, a.total_s
         return True, ""
 

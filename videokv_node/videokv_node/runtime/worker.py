@@ -5,7 +5,7 @@ and be dropped silently), so frames go into a bounded queue and one worker
 thread feeds them to the engine. Questions and resets go into a separate queue
 that the worker always serves first: a question waits at most for the frame
 being encoded, never for the frame queue behind it, nor for the rest of a batch
-(read-only requests are served between two frames of a batch).
+(read-only requests are served between two prefill passes of a batch).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, Question
 from videokv_node.pose import Pose
+from videokv_node.runtime.heap_trim import HeapTrim
 
 
 class WorkerBusy(RuntimeError):
@@ -43,8 +44,9 @@ class ModelWorker:
     Frames waiting when the worker turns to them go to the engine together, at most
     ``max_batch`` at a time, so the vision encoder runs one batch instead of one call per
     frame; a read-only request (``ask``, ``call(..., read_only=True)``) waiting at the head of
-    the queue runs between two frames of the batch (``engine.ingest``'s ``between``), so it
-    waits for the vision batch and one frame's prefill at most, not for the whole batch.
+    the queue runs between two prefill passes of the batch (``engine.ingest``'s ``between``: a pass
+    is one frame, or up to ``memory.prefill_batch`` where the policy batches), so it waits for the
+    vision batch and one pass at most, not for the whole batch.
     Requests still run in the order they were queued: a reset or write waiting ahead of a
     question holds it until the batch is done.
 
@@ -54,6 +56,11 @@ class ModelWorker:
     lookup runs once per such frame, on the worker thread, just before ``engine.ingest``; a
     frame dropped from a full queue or by ``reset`` is never looked up. The pose the lookup
     returns is the one the engine stores with the frame's block.
+
+    After each ingest batch and each request the worker gives the C heap's free pages back once
+    RSS grew by more than ``heap_trim_bytes`` (``runtime/heap_trim.py``; 0: never), after a
+    request's result is delivered and only when no request waits: the node's RSS stays flat
+    under load.
 
     Invariants: the frame queue never holds more than ``queue_size`` frames
     (the oldest is dropped and counted when a new one arrives); at most
@@ -69,6 +76,7 @@ class ModelWorker:
         on_ingest_error: Callable[[Exception], None] | None = None,
         max_batch: int = 1,
         pose_lookup: Callable[[int], Pose | None] | None = None,
+        heap_trim_bytes: int = 16 << 20,
     ) -> None:
         if queue_size <= 0 or max_pending_jobs <= 0 or max_batch <= 0:
             raise ValueError("queue_size, max_pending_jobs and max_batch must be > 0")
@@ -87,6 +95,7 @@ class ModelWorker:
         self.frames_failed = 0  # raised inside the engine; written by the worker thread only
         # camera -> {"ingested", "overflowed", "failed"} -> frames; written under _cond, read by camera_counts()
         self._per_camera: dict[str, Counter] = {}
+        self.heap = HeapTrim(heap_trim_bytes)  # used by the worker thread only
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
         self._thread.start()
 
@@ -179,6 +188,7 @@ class ModelWorker:
                 frames = [] if job else [self._frames.popleft() for _ in range(min(self.max_batch, len(self._frames)))]
             if job is not None:
                 self._run_job(job)
+                self._trim_heap()
                 continue
             try:
                 self._resolve_poses(frames)
@@ -190,6 +200,12 @@ class ModelWorker:
                 self._count(frames, "failed")
                 if self._on_ingest_error:
                     self._on_ingest_error(exc)
+            self._trim_heap()
+
+    def _trim_heap(self) -> None:
+        """Trim the C heap if RSS grew past the bound, unless a request waits: it never waits for a trim."""
+        if not self._jobs:  # a hint read without the lock: a request arriving now waits one trim at most
+            self.heap.maybe_trim()
 
     @staticmethod
     def _run_job(job: _Job) -> None:
@@ -207,6 +223,7 @@ class ModelWorker:
                     return
                 job = self._jobs.popleft()
             self._run_job(job)
+            self._trim_heap()
 
     def _resolve_poses(self, frames: list[Frame]) -> None:
         """Give each frame without a pose the pose at its stamp, as late as possible: right before ingest.

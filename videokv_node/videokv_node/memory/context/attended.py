@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 
 from videokv_node.memory.question import Evidence
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.pose import Pose
 
 
 def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, FrameBlock]) -> list[dict[int, float]]:
@@ -39,10 +38,13 @@ def attended_frames(layer_blocks: Sequence[Sequence[int]], chosen: Mapping[int, 
 
 def evidence_of(chosen: Mapping[int, FrameBlock]) -> list[Evidence]:
     """The frames an answer attended to, oldest first (a summary token with no stamp cites none),
-    each with the robot's pose when it was taken where the frame came with one."""
-    cited: dict[tuple[int, str], Pose | None] = {}
+    each with the robot's pose when it was taken where the frame came with one, and the end of the
+    still span it stands for where frames were merged into it (``Evidence.last_stamp_ns``)."""
+    cited: dict[tuple[int, str], Evidence] = {}
     for b in chosen.values():
         for s in b.cited_stamps:
-            if cited.get((s, b.camera)) is None:
-                cited[(s, b.camera)] = b.pose_at(s)
-    return [Evidence(s, c, pose) for (s, c), pose in sorted(cited.items(), key=lambda kv: kv[0])]
+            ev = cited.setdefault((s, b.camera), Evidence(s, b.camera))
+            ev.pose = ev.pose if ev.pose is not None else b.pose_at(s)
+            if b.last_stamp(s) > ev.last:  # a still span (memory/redundancy.py): its end and the pose there
+                ev.last_stamp_ns, ev.last_pose = b.last_stamp(s), b.span_end_pose
+    return [cited[k] for k in sorted(cited)]

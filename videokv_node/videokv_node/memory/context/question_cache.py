@@ -1,4 +1,4 @@
-"""A question's cache from its selection (``policies/selection.py``): what each layer attends to.
+"""A question's cache from its selection (``context/selection.py``): what each layer attends to.
 
 - ``Static``: each layer's blocks (those that keep tokens there) in time order, placed by the
   policy's layout before the pass (from the resident cache where the engine keeps one).
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from transformers.cache_utils import Cache
 
 from videokv_node.memory.context.retrieval_cache import QueryCapture, RetrievingCache, Sink, Targets, place_layer
-from videokv_node.memory.policies.selection import InPass, Selection, Static
+from videokv_node.memory.context.selection import InPass, Selection, Static
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter

@@ -66,7 +66,8 @@ def pack_layout(adapter: VideoLLMAdapter, sink_len: int, per_layer: Sequence[Seq
         packed.append(targets)
         ends.append(end)
     end = max(ends, default=sink_len)
-    return [[t + (end - e) for t in ts] for ts, e in zip(packed, ends)], end
+    # Layers already ending there keep their views: a new tensor per block per layer cost ~10K ops a frame.
+    return [ts if e == end else [t + (end - e) for t in ts] for ts, e in zip(packed, ends)], end
 
 
 def logical_layout(sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:

@@ -23,7 +23,7 @@ from videokv_node.memory.config import MemoryConfig
 from videokv_node.memory.context.encoding import EncodeJob, Unit  # re-exported for the policies
 from videokv_node.memory.context.retrieval_cache import Targets, pack_layout
 from videokv_node.memory.policies.host import PolicyHost, Probe  # Probe: re-exported for the policies
-from videokv_node.memory.policies.selection import Selection
+from videokv_node.memory.context.selection import Selection
 from videokv_node.memory.store.block import FrameBlock, Tier, newest_within, recent_within  # recent_within: re-exported for the policies
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
@@ -112,6 +112,17 @@ class MemoryPolicy(ABC):
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
         """Compress right after a job is encoded (its blocks are in the store); nothing by default."""
 
+    def batch_window(self) -> int | None:
+        """Tokens of the window a frame is encoded after, if frames may be prefilled several in one pass
+        (``memory/context/batch_prefill.py``); None (default): one pass per frame.
+
+        A policy returning W guarantees: ``on_frame`` makes one job of the frame alone, with no
+        observer and no ``after_encode`` change to its tokens; ``encoding_context`` is the newest
+        resident blocks (creation order) within W tokens; the caps never demote or evict a block
+        of the next frame's window. The engine checks the window frame by frame and raises if not.
+        """
+        return None
+
     def after_frame(self, host: PolicyHost) -> None:
         """Called once a frame's jobs are encoded and stored, before the caps are enforced; nothing by default."""
 
@@ -166,7 +177,7 @@ class MemoryPolicy(ABC):
         policies that score every block held read the index under the mask instead, issue 16).
 
         The one way a question's context is chosen: ``Static`` (each layer's blocks, decided now) or
-        ``InPass`` (ReKV's retrieval inside the pass), ``policies/selection.py``. Whatever the policy
+        ``InPass`` (ReKV's retrieval inside the pass), ``context/selection.py``. Whatever the policy
         needs first (the question's probe, a re-reading of a shortlist) it asks of ``host`` here; the
         engine only builds the cache the result names. Reads memory, never changes it."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost
 from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.context.selection import Static
 from videokv_node.memory.store.block import FrameBlock, Tier
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore

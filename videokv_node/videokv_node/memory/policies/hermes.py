@@ -60,7 +60,7 @@ from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, present_in
-from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.top_k import top_k_stable
 from videokv_node.memory.context.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
 from videokv_node.memory.scoring.hermes import (

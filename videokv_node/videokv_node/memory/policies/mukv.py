@@ -39,7 +39,7 @@ from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
-from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.mukv import (
     attention_importance,
     dual_signal,

@@ -39,11 +39,22 @@ the shape?" on videokv-tiny), which the kept share guards. Costs one short read 
 (N x ``retrieve_frames`` minus the kept; blocks of one size batched), over the prompt sink and that block:
 bounded by N, not by the memory.
 
+Contrast (``memory.rekv.contrast`` w > 0, with ``selection: shared`` and for ``~/locate``; ours, not
+ReKV's): each block is scored by its mean key less the mean of its w neighbours on each side in time
+(``BlockIndex.contrasted_key_means``, ``scoring/contrast.py``). Why: on an hour of real footage the mean
+key is decided by the shot a frame belongs to, and a thing seen in one or two frames of a shot never
+ranked among the retrieved (issue 32; docs/POLICIES.md, "rekv: temporal contrast"). The paper preset
+keeps ReKV's own mean key (0).
+
 Choices where the paper is not specific: scores use pre-RoPE queries and keys
 (ReKV's InfLLM-derived retrieval is position-agnostic), averaged over the query
 heads of each KV group and then over groups; retrieval happens inside the
 question's single prefill pass, each layer using its own query (see
 ``memory/context/retrieval_cache.py``), as ReKV's in-attention retrieval does.
+
+Ingest (ours, exact): up to ``memory.prefill_batch`` queued frames are prefilled in one decoder
+pass, each seeing only the sink, its own sliding window and itself at the positions it would have
+alone (``memory/context/batch_prefill.py``): the same blocks as frame by frame, one weight read.
 
 Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
 query's probe (queries read after the prompt sink), averaged over layers
@@ -62,7 +73,7 @@ from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
-from videokv_node.memory.policies.selection import InPass, Selection, Static
+from videokv_node.memory.context.selection import InPass, Selection, Static
 from videokv_node.memory.scoring.top_k import top_k_stable
 
 
@@ -73,6 +84,11 @@ class ReKVPolicy(MemoryPolicy):
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         return recent_resident(store, self.config.local_window_tokens)
+
+    def batch_window(self) -> int:
+        """Frames may be prefilled together: the window is the newest resident blocks, no compression,
+        and the budget holds the sink, the window and a frame with the oldest demoted first."""
+        return self.config.local_window_tokens
 
     def select(self, host: PolicyHost, candidates: Candidates, question: str) -> Selection:
         """The recent window from the newest candidates (robot), and the rest as a pool: scored per layer on
@@ -90,7 +106,7 @@ class ReKVPolicy(MemoryPolicy):
         q = query_means(host.probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
         k = self.config.retrieve_frames
         index = host.store.index
-        ranked = index.blocks_of(index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank)))  # best first
+        ranked = index.blocks_of(index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank), rekv.contrast))  # best first
         keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
         if not rekv.rerank or len(ranked) <= k or keep >= k:
             return Static.everywhere(recent + ranked[:k], self.n_layers)
@@ -103,11 +119,19 @@ class ReKVPolicy(MemoryPolicy):
         scores = torch.tensor(host.read_alone(shortlist, question), dtype=torch.float64)  # (n,) mean log-probabilities
         return [shortlist[i] for i in top_k_stable(scores, k).tolist()]
 
+    def setup(self, host: PolicyHost) -> None:
+        self._store = host.store  # read by locate_scores under ``rekv.contrast`` (the index's neighbours)
+
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         if not candidates:
             return None
         q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
-        key_means = torch.stack([b.key_mean for b in candidates]).to(q.device)  # (N, L, H_kv, D); kept on the host
+        if w := self.config.rekv.contrast:  # every candidate against its neighbours, as a question ranks them
+            index = self._store.index
+            slots = torch.tensor([index.slot_of[b.block_id] for b in candidates], device=index.device)
+            key_means = index.contrasted_key_means(slots, w).transpose(0, 1).to(q.device)  # (N, L, H_kv, D)
+        else:
+            key_means = torch.stack([b.key_mean for b in candidates]).to(q.device)  # (N, L, H_kv, D); kept on the host
         scores = layer_scores(q, key_means)  # (N, L)
         if self.config.rekv.selection == "shared":  # the ranking a question retrieves by
             absent = torch.tensor([[layer is None for layer in b.layers] for b in candidates], device=scores.device)

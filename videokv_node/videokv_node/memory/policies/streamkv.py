@@ -62,7 +62,7 @@ from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
-from videokv_node.memory.policies.selection import Static
+from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, criterion, select_kv
 from videokv_node.memory.state import dtype_from_name, dtype_name

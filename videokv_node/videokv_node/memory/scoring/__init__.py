@@ -14,6 +14,7 @@ hand-computed inputs and wired into a policy without either knowing the other.
 - ``queries``: a text's mean query per KV head, what ReKV, StreamKV (criterion) and MuKV
   (question vector) score blocks against.
 - ``rekv``: ReKV's block scores (per layer, on the index) and the fused ranks of ``selection: shared``.
+- ``contrast``: the temporal contrast of mean keys (``memory.rekv.contrast``, ours, not ReKV's).
 - ``top_k``: the one top-k every selection reads (exact partial sorts, one tie rule each).
 - ``select_kv`` and ``segmenter``: StreamKV's layer-adaptive KV selection (SelectKV) and its
   online semantic segment partitioning.

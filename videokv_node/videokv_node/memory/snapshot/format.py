@@ -8,7 +8,7 @@ engine: what they ask of it is ``Snapshottable``. ``save_snapshot`` and ``load_s
 the one way out and in (``prepare_snapshot`` + ``PreparedSnapshot.write`` is ``save_snapshot``
 split in two, for periodic snapshots).
 
-A snapshot (format version 3) is a directory of safetensors files and a manifest, never pickle:
+A snapshot (format version 4) is a directory of safetensors files and a manifest, never pickle:
 
     manifest.json       what the memory is: format version, model identity, policy, counters,
                         one entry per block (ids, camera, stamps, kind, stream, rank, tier, the

@@ -18,10 +18,11 @@ from videokv_node.memory.state import dtype_from_name, host_copy
 
 # Version 3 (issue 17) adds each block's ``poses`` (aligned with ``stamps_ns``, null where
 # unknown) and the engine's ``pending_poses``; it is version 2 otherwise. Versions 1 and 2 load
-# with no poses.
-SNAPSHOT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-SEGMENTED_VERSIONS = (2, 3)  # stored as segments + state file (version 1: one kv.safetensors)
+# with no poses. Version 4 (issue 36) adds a block's still span, ``span``: [last stamp, frames
+# merged, pose there or null], on blocks that have one; versions 1-3 load with no spans.
+SNAPSHOT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
+SEGMENTED_VERSIONS = (2, 3, 4)  # stored as segments + state file (version 1: one kv.safetensors)
 FORMAT = "videokv-memory-snapshot"
 STATE = "state.safetensors"
 TENSORS_V1 = "kv.safetensors"
@@ -34,7 +35,7 @@ def base_index(fingerprint: str, base: Path | None) -> tuple[dict[int, tuple[str
         return {}, {}
     try:
         manifest = json.loads((Path(base) / MANIFEST).read_text())
-        # Versions 2 and 3 share the segment layout (3 adds poses, which live in the manifest, rewritten each time).
+        # Versions 2-4 share the segment layout (3 adds poses, 4 spans: both live in the manifest, rewritten each time).
         if manifest.get("version") not in SEGMENTED_VERSIONS or manifest.get("model", {}).get("fingerprint") != fingerprint:
             return {}, {}
         segments = {name: rec for name, rec in manifest["segments"].items() if (Path(base) / name).is_file()}
@@ -74,6 +75,8 @@ def block_entry(b: dict, segment: str | None) -> dict:
         "layer_tokens": [None if kv is None else int(kv["index"].numel()) for kv in b["layers"]],
         "rep": b["rep"] is not None, "revision": b["revision"], "segment": segment,
         "poses": [None if p is None else p.as_dict() for p in b["poses"]],
+        **({"span": [b["span_end_ns"], b["frames_merged"], None if b["span_end_pose"] is None else b["span_end_pose"].as_dict()]}
+           if b.get("span_end_ns") else {}),
     }
 
 

@@ -281,7 +281,7 @@ def _block_states(model: dict, manifest: dict, state: dict[str, torch.Tensor],
             "id": block_id, "camera": str(e["camera"]), "stamp_ns": int(e["stamp_ns"]),
             "stamps_ns": [int(s) for s in e["stamps_ns"]], "kind": str(e["kind"]), "stream": str(e["stream"]),
             "rank": int(e["rank"]), "protected": bool(e["protected"]), "tier": e["tier"], "revision": int(e.get("revision", 0)),
-            "poses": _poses(e),
+            "poses": _poses(e), **_span(e),
             "positions": (positions[:, at_pos : at_pos + t] if stored is None else mine.positions).clone(),
             "key_mean": (key_mean[i] if stored is None else mine.key_mean).clone(),
             "rep": rep, "layers": kvs,
@@ -309,6 +309,17 @@ def _poses(entry: dict) -> tuple:
     if len(poses) != len(entry["stamps_ns"]):
         raise ValueError(f"block {entry['id']}: {len(poses)} poses for {len(entry['stamps_ns'])} stamps")
     return tuple(None if p is None else Pose.from_dict(p) for p in poses)
+
+
+def _span(entry: dict) -> dict:
+    """A block entry's still span as ``FrameBlock.from_state_dict`` reads it; none before version 4."""
+    span = entry.get("span")
+    if not span:
+        return {}
+    end, merged, pose = span
+    if int(end) < int(entry["stamp_ns"]) or int(merged) < 1:
+        raise ValueError(f"block {entry['id']}: a span must end after its stamp and merge frames, got {span}")
+    return {"span_end_ns": int(end), "frames_merged": int(merged), "span_end_pose": None if pose is None else Pose.from_dict(pose)}
 
 
 def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], dtype: torch.dtype, where: str = "") -> torch.Tensor:

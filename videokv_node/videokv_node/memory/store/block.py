@@ -73,6 +73,11 @@ class FrameBlock:
     # compression only ever keeps a subset, so a snapshot may reuse the K/V it stored at the same revision.
     revision: int = 0
     poses: tuple[Pose | None, ...] = ()  # robot pose at each of stamps_ns (same order), None where unknown; set by the engine
+    # A still span (memory/redundancy.py, issue 36): later frames of its camera that showed what its newest
+    # stamp showed, merged into it. Set by BlockStore.extend_span only; 0 / 0 / None: none merged.
+    span_end_ns: int = 0  # the last merged frame's stamp
+    frames_merged: int = 0  # frames merged into it
+    span_end_pose: Pose | None = None  # the robot's pose at span_end_ns, if known
 
     def pose_at(self, stamp_ns: int) -> Pose | None:
         """The robot's pose when the frame stamped ``stamp_ns`` (one of ``stamps_ns``) was taken, if known."""
@@ -80,6 +85,11 @@ class FrameBlock:
             if s == stamp_ns:
                 return pose
         return None
+
+    def last_stamp(self, stamp_ns: int) -> int:
+        """The last frame ``stamp_ns`` (one of ``stamps_ns``) stands for: its span's end where frames were
+        merged into it (only the newest stamp has a span), else itself."""
+        return self.span_end_ns if self.span_end_ns and stamp_ns == max(self.stamps_ns) else stamp_ns
 
     def __post_init__(self) -> None:
         if not self.stamps_ns:
@@ -125,6 +135,7 @@ class FrameBlock:
             "id": self.block_id, "camera": self.camera, "stamp_ns": self.stamp_ns, "stamps_ns": list(self.stamps_ns),
             "kind": self.kind, "stream": self.stream, "rank": self.rank, "protected": self.protected,
             "tier": self.tier.value, "revision": self.revision, "poses": list(self.poses),
+            "span_end_ns": self.span_end_ns, "frames_merged": self.frames_merged, "span_end_pose": self.span_end_pose,
             "positions": self.positions, "key_mean": self.key_mean, "rep": self.rep,
             "layers": [None if kv is None else {"index": kv.index, "logical": kv.logical} for kv in self.layers],
         }
@@ -157,6 +168,9 @@ class FrameBlock:
             key_mean=state["key_mean"], layers=layers, kind=str(state["kind"]), stream=str(state["stream"]),
             stamps_ns=tuple(int(s) for s in state["stamps_ns"]), rank=int(state["rank"]), protected=bool(state["protected"]),
             rep=state["rep"], tier=tier, revision=int(state["revision"]), poses=tuple(state["poses"]),
+            # A state from before issue 36 has no span: none merged.
+            span_end_ns=int(state.get("span_end_ns", 0)), frames_merged=int(state.get("frames_merged", 0)),
+            span_end_pose=state.get("span_end_pose"),
         )
         if block.is_empty:
             raise ValueError(f"block {block_id} keeps nothing in any layer")

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
+from videokv_node.memory.scoring.contrast import temporal_contrast
 from videokv_node.memory.scoring.rekv import block_scores, fused_ranks
 from videokv_node.memory.scoring.top_k import top_k_masked
 from videokv_node.memory.store.block import FrameBlock, Tier, newest_within
@@ -58,7 +59,7 @@ class BlockIndex:
         self.tier = torch.zeros(0, dtype=torch.int8, device=device)  # (C,) TIER_CODE
         self.stream = torch.zeros(0, dtype=torch.long, device=device)  # (C,) code in ``_codes``
         self.camera = torch.zeros(0, dtype=torch.long, device=device)  # (C,) code in ``_codes``
-        self.stamp_lo = torch.zeros(0, dtype=torch.long, device=device)  # (C,) oldest stamp the block represents
+        self.stamp_lo = torch.zeros(0, dtype=torch.long, device=device)  # (C,) oldest stamp the block represents (a one-frame still span: its end, BlockStore._index_span)
         self.stamp_hi = torch.zeros(0, dtype=torch.long, device=device)  # (C,) newest
         self.present = torch.zeros(0, self.n_layers, dtype=torch.bool, device=device)  # (C, L)
         self.tokens = torch.zeros(0, self.n_layers, dtype=torch.long, device=device)  # (C, L) kept tokens
@@ -259,11 +260,12 @@ class BlockIndex:
         """
         return top_k_masked(block_scores(query_mean, self.key_mean[layer]), mask, self.block_id, k)
 
-    def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
+    def fused_top_k(self, query_means: torch.Tensor, mask: torch.Tensor, k: int, contrast: int = 0) -> torch.Tensor:
         """The slots of the ``k`` best blocks of ``mask`` for all layers at once, best first.
 
         Each layer scores the blocks of ``mask`` as ``top_k`` does (query_means[l]: that layer's
-        (H, D) query) and ranks them from 0 (the best; equal scores: the newer block first, a
+        (H, D) query; ``contrast`` w > 0: against ``contrasted_key_means``, ``memory.rekv.contrast``)
+        and ranks them from 0 (the best; equal scores: the newer block first, a
         layer where a block keeps no tokens ranks it after all that keep some); a block's fused
         score is the mean over the layers of 1 / (1 + its rank) (reciprocal-rank fusion with no
         offset: ``memory.rekv.selection: shared``). Top-k of the fused score, ties to the newer
@@ -274,13 +276,31 @@ class BlockIndex:
             return self.block_id.new_zeros(0)
         L = self.n_layers
         ids = self.block_id.index_select(0, slots)
-        keys = self.key_mean.index_select(1, slots).reshape(L, n, -1)  # (L, n, H * D)
+        keys = self.contrasted_key_means(slots, contrast).reshape(L, n, -1)  # (L, n, H * D); contrast 0: as held
         scores = torch.bmm(keys, query_means.to(keys).reshape(L, -1, 1)).squeeze(2)  # (L, n); the scale ranks nothing
         scores = scores.masked_fill(~self.present.index_select(0, slots).T, float("-inf"))
         fused = fused_ranks(scores, ids)
         best = top_k_masked(fused, torch.ones(n, dtype=torch.bool, device=slots.device), ids, k)
         best = best[torch.argsort(ids[best], descending=True)]  # newer first, then stably by the fused score:
         return slots.index_select(0, best[torch.sort(fused[best], descending=True, stable=True).indices])
+
+    def contrasted_key_means(self, slots: torch.Tensor, w: int) -> torch.Tensor:
+        """(L, n, H, D) float32: the mean keys of ``slots`` ((n,) held slots), each less the mean of its up to ``w``
+        neighbours on each side among the held blocks of its camera and stream in creation order
+        (``scoring/contrast.py``, ``memory.rekv.contrast``); ``w`` 0: the mean keys as held. O(held blocks)."""
+        if w == 0 or slots.numel() == 0:
+            return self.key_mean.index_select(1, slots)
+        held = self.ordered()  # (M,) creation order
+        group = self.camera.index_select(0, held) * (len(self._codes) + 1) + self.stream.index_select(0, held)
+        group, perm = torch.sort(group, stable=True)  # grouped by (camera, stream), creation order inside a group
+        seq = held.index_select(0, perm)  # (M,)
+        contrasted = temporal_contrast(self.key_mean.index_select(1, seq), group, w)  # (L, M, H, D)
+        where = torch.full((self.capacity,), -1, dtype=torch.long, device=self.device)
+        where[seq] = torch.arange(seq.numel(), device=self.device)
+        rows = where.index_select(0, slots)
+        if bool((rows < 0).any()):
+            raise ValueError("contrasted_key_means: a slot that holds no block")
+        return contrasted.index_select(1, rows)
 
 
 class Candidates:

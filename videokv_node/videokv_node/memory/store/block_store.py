@@ -261,6 +261,18 @@ class BlockStore:
         block.rep = rep
         self.index.set_rep(block, rep)
 
+    def extend_span(self, block: FrameBlock, end_ns: int, merged: int, end_pose=None) -> None:
+        """A held block's still span now ends at ``end_ns`` with ``merged`` frames (memory/redundancy.py),
+        in the block and its index slot."""
+        block.span_end_ns, block.frames_merged, block.span_end_pose = end_ns, merged, end_pose
+        self._index_span(block)
+
+    def _index_span(self, block: FrameBlock) -> None:
+        """A one-frame block with a span is in a time window that overlaps the span (it stands for every moment of
+        it): its slot's ``stamp_lo``, compared with ``since``, becomes the span's end (``stamp_hi`` stays its stamp)."""
+        if block.span_end_ns and len(block.stamps_ns) == 1:
+            self.index.stamp_lo[self.index.slot_of[block.block_id]] = block.span_end_ns
+
     def evict(self, block: FrameBlock) -> None:
         """Remove a block from memory for good, counted."""
         self._drop(block)
@@ -286,6 +298,7 @@ class BlockStore:
         self._blocks[block.block_id] = block
         self._tiers[block.tier][block.block_id] = block
         self.index.insert(block)
+        self._index_span(block)
         for s in block.cited_stamps:
             if not self._stamps[s]:
                 heapq.heappush(self._stamp_min, s)
