@@ -1,7 +1,8 @@
 # videokv: set up, build, test and run from a clean clone (Debian/Ubuntu, Python 3.10+,
 # cmake, g++). Every target sets up what it needs and skips what is already done.
 #
-#   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built)
+#   make test           unit + integration tests (pip-wheels ROS 2 in .venv, ros2_ws built), in TEST_WORKERS
+#                       (2) processes; TESTS=tests/unit/test_x.py for one file
 #   make demo           the node with the self-trained videokv-tiny on a synthetic camera, answering questions
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
 #   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
@@ -48,6 +49,14 @@ SHELL := /bin/bash
 TEST_TIMEOUT ?= 300
 FAULT_DUMP_S ?= 240
 PYTEST_ARGS ?=
+# What pytest collects: make test TESTS=tests/unit/test_worker.py for one file (PYTEST_ARGS adds to
+# `tests`, it does not narrow it).
+TESTS ?= tests
+# Test processes (pytest-xdist), whole files to a worker, in collection order (the integration
+# modules' long tests first); 2 for CI's 2 cores, 0 runs the tests in pytest's own process. Each
+# runs torch on one thread (OMP_NUM_THREADS=1 here, and tests/conftest.py), so 2 workers do not
+# oversubscribe 2 cores, and takes its own slice of VIDEOKV_DOMAIN_IDS (tests/conftest.py).
+TEST_WORKERS ?= 2
 # make demo MODEL=/path/to/llava-onevision-qwen2-0.5b-ov-hf POLICY=full
 MODEL ?= videokv-tiny
 POLICY ?= rekv
@@ -62,7 +71,7 @@ build: setup
 	scripts/setup_ros2tools.sh
 
 test: build
-	. ./env.sh && python -m pytest -q --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) tests
+	. ./env.sh && OMP_NUM_THREADS=1 python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=$(TEST_TIMEOUT) -o faulthandler_timeout=$(FAULT_DUMP_S) $(PYTEST_ARGS) $(TESTS)
 
 docs:
 	. ./env.sh && python -m videokv_node.parameters_doc

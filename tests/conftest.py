@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +15,33 @@ torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "videokv_node"))
+
+
+def _worker_domain_ids() -> None:
+    """Under pytest-xdist (`make test`, TEST_WORKERS), give each worker its own slice of VIDEOKV_DOMAIN_IDS.
+
+    Every DDS domain a test takes comes from that range (programs/launcher.py's isolated_ros_env,
+    also for the nodes it starts, which inherit the environment), so two workers never share a
+    domain however their modules interleave: worker gwI of N takes the I-th of N equal slices.
+    """
+    lo_s, _, hi_s = os.environ.get("VIDEOKV_DOMAIN_IDS", "1-100").partition("-")
+    lo, hi = int(lo_s), int(hi_s)
+    # Fast DDS computes a domain's ports as 7400 + 250 * id + ...: above 232 they pass 65535 and
+    # rcl's init fails (the test process exits without a word from pytest). Say so at once.
+    if not 0 <= lo <= hi <= 232:
+        raise pytest.UsageError(f"VIDEOKV_DOMAIN_IDS={lo}-{hi}: ROS domain ids must lie in 0-232 (Fast DDS ports)")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    size = (hi - lo + 1) // count
+    if size < 1:
+        raise pytest.UsageError(f"VIDEOKV_DOMAIN_IDS={lo}-{hi} has fewer ids than the {count} test workers")
+    first = lo + index * size
+    os.environ["VIDEOKV_DOMAIN_IDS"] = f"{first}-{first + size - 1}"
+
+
+_worker_domain_ids()
 
 
 @pytest.fixture(scope="session")

@@ -13,13 +13,34 @@ from pathlib import Path
 import yaml
 
 
+_last_domain: dict[tuple[int, int], int] = {}
+
+
+def next_domain_id() -> int:
+    """A ROS_DOMAIN_ID from VIDEOKV_DOMAIN_IDS ("LO-HI", default 1-100).
+
+    The range keeps concurrent test runs of several checkouts apart (and the test suite's
+    parallel workers, each given a slice of it by tests/conftest.py). A process's first call
+    starts at random in the range; each later call takes the next id, wrapping, so one process
+    never reuses a domain (where a killed node of an earlier test may linger in discovery)
+    before the whole range has gone round.
+    """
+    lo_s, _, hi_s = os.environ.get("VIDEOKV_DOMAIN_IDS", "1-100").partition("-")
+    lo, hi = int(lo_s), int(hi_s)
+    last = _last_domain.get((lo, hi))
+    if last is None:
+        domain_id = random.Random(os.getpid() ^ int.from_bytes(os.urandom(2), "little")).randint(lo, hi)
+    else:
+        domain_id = lo + (last - lo + 1) % (hi - lo + 1)
+    _last_domain[(lo, hi)] = domain_id
+    return domain_id
+
+
 def isolated_ros_env(domain_id: int | None = None) -> dict[str, str]:
     """The current environment with its own ROS_DOMAIN_ID and discovery kept on localhost."""
     env = dict(os.environ)
     if domain_id is None:
-        # VIDEOKV_DOMAIN_IDS="LO-HI" keeps concurrent test runs of several checkouts apart.
-        lo, _, hi = os.environ.get("VIDEOKV_DOMAIN_IDS", "1-100").partition("-")
-        domain_id = random.Random(os.getpid() ^ int.from_bytes(os.urandom(2), "little")).randint(int(lo), int(hi))
+        domain_id = next_domain_id()
     env["ROS_DOMAIN_ID"] = str(domain_id)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
