@@ -93,9 +93,11 @@ def _nodes(context):
     overrides = _overrides(given, lambda name: file_parameter(params_file, fqn, name))
     lifecycle = overrides.get("lifecycle", file_parameter(params_file, fqn, "lifecycle") is True)
     action = LifecycleNode if lifecycle else Node
+    # sigterm_timeout: on Ctrl-C the node writes memory.snapshot_on_shutdown and releases the model before it
+    # exits; launch's 5 s before escalating to SIGTERM cut that short on a loaded machine (seen on 2 shared cores).
     return [action(package="videokv_node", executable="videokv_node", name=NODE_NAME,
                    namespace=LaunchConfiguration("namespace"), output="screen", emulate_tty=True,
-                   parameters=[LaunchConfiguration("params_file"), overrides])]
+                   sigterm_timeout="30", parameters=[LaunchConfiguration("params_file"), overrides])]
 
 
 def _overrides(given: dict[str, str], from_file) -> dict:
