@@ -60,7 +60,8 @@ def real_size_config(tokenizer) -> LlavaOnevisionConfig:
 @torch.no_grad()
 def fill_random_weights(model: torch.nn.Module, seed: int) -> None:
     """Seeded weights of the checkpoint's scale (std INIT_STD, uniform: cheap to draw), zero biases, unit norms."""
-    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device  # drawn where the weights live (a GPU build never copies from the host)
+    generator = torch.Generator(device=device).manual_seed(seed)
     bound = INIT_STD * math.sqrt(3.0)  # uniform(-b, b) has std b / sqrt(3)
     for name, param in model.named_parameters():
         if name.endswith("bias"):

@@ -174,8 +174,9 @@ class AnsweringMixin:
         to the open ``question``, and the blocks attended to by id.
 
         One context assembly and one question prefill (then the question stage, as before
-        decoding); each continuation is fed token by token on that cache, cut back to it after
-        each one, so the continuations never see each other. ``prefilled()`` is called once the
+        decoding); each continuation is fed in one causal pass on that cache (its tokens see each
+        other as they would fed one by one), cut back to it after each one, so the continuations
+        never see each other. ``prefilled()`` is called once the
         question is prefilled. ``ends``: per continuation, score only its first ``ends[i]`` tokens
         (the rest is never fed). Refuses (RequestError) an empty continuation or one longer than
         ``memory.max_question_tokens``.
@@ -196,16 +197,18 @@ class AnsweringMixin:
         per_token = []
         for k, cont in enumerate(tokens):
             cont = cont[: ends[k]] if ends is not None else cont
-            step_logits, pos, lps = logits, next_pos + len(ids), []
-            for i, token in enumerate(cont):
-                lps.append(float(torch.log_softmax(step_logits.double(), dim=0)[token]))
-                if i + 1 < len(cont):  # the last token's successor is never needed
-                    embeds = self.adapter.embed_tokens([token])  # (1, 1, hidden)
-                    step_logits = self.adapter.forward(embeds, self.adapter.text_positions(pos, 1), cache)
-                    pos += 1
-            for layer in cache.layers:
-                layer.crop(-(len(cont) - 1))  # back to the question's context (crop(0) is a no-op)
-            per_token.append(lps)
+            # Row i predicts token i: the question's last logits, then one causal pass over the
+            # continuation less its last token (whose successor is never needed), so n tokens cost
+            # one decoder pass, not n - 1 (on a GPU each pass is ~20 ms of launches whatever its length).
+            rows = logits[None]
+            if len(cont) > 1:
+                fed = self.adapter.forward(self.adapter.embed_tokens(cont[:-1]), self.adapter.text_positions(next_pos + len(ids), len(cont) - 1),
+                                           cache, n_logits=len(cont) - 1)
+                rows = torch.cat([rows, fed.view(len(cont) - 1, -1)])
+                for layer in cache.layers:
+                    layer.crop(-(len(cont) - 1))  # back to the question's context
+            log_probs = torch.log_softmax(rows.double(), dim=-1)
+            per_token.append(log_probs[torch.arange(len(cont)), torch.tensor(cont)].tolist())
         return per_token, chosen
 
     def _prefill(self, question: Question, ids: list[int], max_new: int, stage):
