@@ -197,6 +197,12 @@ def _lat(values: list[float]) -> str:
     return f"{statistics.median(v):.2f} / {v[int(0.95 * (len(v) - 1))]:.2f} / {v[-1]:.2f}"
 
 
+def merged_note(stats) -> str:
+    """How many of the ingested frames were still views merged without an encoding (a node before issue 36: none)."""
+    merged = getattr(stats, "frames_merged", None)
+    return f" ({merged} merged as still)" if merged is not None else ""
+
+
 def render(res: dict, args, machine, command: str, wall_s: float) -> str:
     """The markdown section of one run."""
     sample_fps = float(res["params"].get("sample_fps", 0.5))
@@ -217,7 +223,7 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
                      f"{ingested}{share} of {expected}", drops])
     f = res["final"]
     rows.append(["all", "", str(sum(p["published"] for p in res["published"])), str(f.frames_received),
-                 str(f.frames_sampled), str(f.frames_ingested), f"{f.frames_dropped} (memory_stats)"])
+                 str(f.frames_sampled), f"{f.frames_ingested}{merged_note(f)}", f"{f.frames_dropped} (memory_stats)"])
     out += [table(["camera", "stream", "published", "received", "sampled", "ingested (of sample_fps)", "dropped by reason"],
                   rows), ""]
     req_rows = []

@@ -24,7 +24,11 @@ from videokv_node.ros.conversions import ns_to_time
 from videokv_node.programs.synthetic_camera import compressed_msg, image_msg
 from videokv_node.synthetic import SyntheticScene
 
-DISTINCT_FRAMES = 30  # pre-rendered and cycled: the scene moves, memory costs stay small
+# Pre-rendered and cycled. A prime number of them, so that frames sampled k frames apart (15 Hz and
+# sample_fps 0.5: k = 30) are different pictures unless k is a multiple of 37: the node sees a moving
+# camera. With 30 (until 2026-11-27) every sampled frame was the same picture, which the node now
+# merges as a still view (memory.redundancy, issue 36): the bench measured the still path.
+DISTINCT_FRAMES = 37
 
 
 def main(argv=None) -> int:

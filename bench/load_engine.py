@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+import yaml
 
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.locate import LocateQuery
@@ -41,9 +42,16 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="videokv-tiny")
     p.add_argument("--prefill-batch", type=int, default=None, help="memory.prefill_batch (default: the node's)")
     p.add_argument("--heap-trim-mib", type=int, default=16, help="trim the C heap when RSS grew this much (0: never), as the worker")
+    p.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
+                   help="a node parameter (YAML value), e.g. memory.budget_tokens=600 memory.offload_bytes=4194304: "
+                        "small caps, so the memory is full for the run's second half")
     args = p.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
-    s = build_settings({} if args.prefill_batch is None else {"memory.prefill_batch": args.prefill_batch})
+    overrides = {} if args.prefill_batch is None else {"memory.prefill_batch": args.prefill_batch}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        overrides[name] = yaml.safe_load(value)
+    s = build_settings(overrides)
     adapter = load_adapter(args.model, device="cpu", dtype="auto", seed=0)
     attach_vision_backend(adapter, s.vision)
     engine = VideoMemoryEngine(adapter, s.memory, s.generation)
@@ -71,7 +79,8 @@ def main(argv=None) -> int:
         if r + 1 == args.rounds // 2:
             half = (rss_mib(), kv)
         if r % 10 == 9 or r == args.rounds - 1:
-            print(f"round {r + 1}: RSS {rss_mib():.0f} MiB (+{rss_mib() - start_rss:.0f}), KV {kv:.1f} MiB", flush=True)
+            print(f"round {r + 1}: RSS {rss_mib():.0f} MiB (+{rss_mib() - start_rss:.0f}), KV {kv:.1f} MiB, "
+                  f"{st.frames_in_memory} frames held, {st.frames_evicted} evicted", flush=True)
     grew = rss_mib() - half[0]
     print(f"second half: RSS +{grew:.0f} MiB (+{100 * grew / half[0]:.1f}%), KV +{kv - half[1]:.1f} MiB; "
           f"heap trims {heap.trims} taking {heap.trim_s * 1e3:.0f} ms in all")
