@@ -16,12 +16,8 @@ import argparse
 import json
 import time
 
-import rclpy
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import CompressedImage, Image
+import numpy as np
 
-from videokv_node.ros.conversions import ns_to_time
-from videokv_node.programs.synthetic_camera import compressed_msg, image_msg
 from videokv_node.synthetic import SyntheticScene
 
 # Pre-rendered and cycled. A prime number of them, so that frames sampled k frames apart (15 Hz and
@@ -31,7 +27,20 @@ from videokv_node.synthetic import SyntheticScene
 DISTINCT_FRAMES = 37
 
 
+def camera_frames(width: int, height: int, hz: float, seed: int) -> list[np.ndarray]:
+    """The RGB frames a camera cycles through, in order (tests/unit/test_bench_load_camera.py)."""
+    scene = SyntheticScene(width, height, fps=hz, seed=seed)
+    return [scene.frame(i % len(scene)) for i in range(DISTINCT_FRAMES)]
+
+
 def main(argv=None) -> int:
+    import rclpy  # here, so the frames above can be checked without ROS
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CompressedImage, Image
+
+    from videokv_node.programs.synthetic_camera import compressed_msg, image_msg
+    from videokv_node.ros.conversions import ns_to_time
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--topic", required=True)
     p.add_argument("--kind", choices=("raw", "jpeg"), required=True)
@@ -42,9 +51,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    scene = SyntheticScene(args.width, args.height, fps=args.hz, seed=args.seed)
     make = compressed_msg if args.kind == "jpeg" else image_msg
-    msgs = [make(scene.frame(i % len(scene)), 0, frame_id=args.topic.strip("/")) for i in range(DISTINCT_FRAMES)]
+    msgs = [make(rgb, 0, frame_id=args.topic.strip("/")) for rgb in camera_frames(args.width, args.height, args.hz, args.seed)]
     rclpy.init()
     node = rclpy.create_node(f"load_camera_{args.topic.strip('/').replace('/', '_')}")
     pub = node.create_publisher(CompressedImage if args.kind == "jpeg" else Image, args.topic, qos_profile_sensor_data)
