@@ -16,6 +16,9 @@ defaults (``MemoryConfig()``):
   footage training also used (``tinyvlm.things.TRAIN_CLIPS``' frames and pans over ``TRAIN_PHOTOS``; none
   shows a held-out item), one frame a second, into one engine with the node's defaults; then
   ``engine.locate(LocateQuery("the <noun>", top_k=3))``: right when one of the 3 moments lies in the pan.
+  Two rankings on the same memory (``LOCATE_RANKINGS``): the node's default (ReKV's retrieval scores
+  shortlist ``answer.locate_rerank`` = 8 frames, re-ranked by likelihood), and every frame re-ranked by
+  likelihood (``answer.locate_rerank`` = the stream's length: the model reads each frame alone).
 
 The item's noun (the options' right one and the locate query) is the first of its truth nouns that the
 noun table has (a word the model can know), else its first: "scooter" for the motorcycle, "crossword" for
@@ -27,6 +30,7 @@ right when one of them is a truth noun. The issue's goal is read on the items wh
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -41,7 +45,7 @@ from bench import report
 from bench.machine import describe
 from bench.report import log, run_table, table
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.config import OPTION_SCORINGS
+from videokv_node.memory.config import OPTION_SCORINGS, AnswerConfig
 from videokv_node.memory.locate import LocateQuery
 from videokv_node.models.nouns import NOUNS_FILE, NounBlock, article, read_noun_table
 from videokv_node.tinyvlm.scenes import normalise_answer
@@ -66,8 +70,8 @@ class ItemResult:
     choice: dict[str, bool] = field(default_factory=dict)  # scoring -> right
     answer: str = ""
     open_right: bool = False
-    located: bool | None = None
-    moments: list[int] = field(default_factory=list)  # frame indices of the 3 moments
+    located: dict[str, bool] = field(default_factory=dict)  # ranking -> one of the 3 moments in the pan
+    moments: dict[str, list[int]] = field(default_factory=dict)  # ranking -> frame indices of the 3 moments
 
 
 def names_truth(answer: str, truth: tuple[str, ...]) -> bool:
@@ -149,19 +153,28 @@ def locate_stream(items: list[HeldOutThing], n_frames: int, seed: int) -> tuple[
     return frames, ranges
 
 
+def locate_rankings(n_frames: int) -> dict[str, int]:
+    """Ranking label -> ``answer.locate_rerank``: the node's default, and every frame re-read."""
+    default = AnswerConfig().locate_rerank
+    return {f"default (re-rank {default})": default, "re-rank every frame": n_frames}
+
+
 def run_locate(adapter, results: dict[str, ItemResult], n_frames: int, seed: int) -> None:
     items = [it for it in HELD_OUT_THINGS if it.source in results]
     frames, ranges = locate_stream(items, n_frames, seed)
     engine = VideoMemoryEngine(adapter, MemoryConfig(), GenerationConfig(max_new_tokens=8))
     for i, rgb in enumerate(frames):
         engine.ingest([Frame("/camera", (i + 1) * NS, rgb)])
-    for item in items:
-        r = results[item.source]
-        got = engine.locate(LocateQuery(f"the {r.noun}", top_k=3))
-        spans = [range(m.stamp_ns // NS - 1, max(m.stamp_ns, m.last_stamp_ns) // NS) for m in got.moments]
-        r.moments = [s.start for s in spans]
-        r.located = any(set(s) & set(ranges[item.source]) for s in spans)
-        log(f"  locate the {r.noun}: frames {ranges[item.source].start}-{ranges[item.source].stop - 1}, got {r.moments}")
+    for label, rerank in locate_rankings(n_frames).items():
+        engine.generation.answer = dataclasses.replace(engine.generation.answer, locate_rerank=rerank)  # a runtime parameter
+        for item in items:
+            r = results[item.source]
+            got = engine.locate(LocateQuery(f"the {r.noun}", top_k=3))
+            spans = [range(m.stamp_ns // NS - 1, max(m.stamp_ns, m.last_stamp_ns) // NS) for m in got.moments]
+            r.moments[label] = [s.start for s in spans]
+            r.located[label] = any(set(s) & set(ranges[item.source]) for s in spans)
+            log(f"  [{label}] locate the {r.noun}: frames {ranges[item.source].start}-{ranges[item.source].stop - 1}, "
+                f"got {r.moments[label]}")
     engine.close()
 
 
@@ -190,7 +203,6 @@ def measure(adapter, locate_frames: int, seed: int) -> dict[str, ItemResult]:
 
 def share(rs: list[ItemResult], get) -> str:
     vals = [get(r) for r in rs]
-    vals = [v for v in vals if v is not None]
     return f"{sum(vals)}/{len(vals)} ({sum(vals) / len(vals):.2f})" if vals else "-"
 
 
@@ -198,18 +210,24 @@ def render(info: dict, results: dict[str, ItemResult]) -> str:
     rs = list(results.values())
     goal = [r for r in rs if r.top5]
     scorings = list(OPTION_SCORINGS)
+    rankings = list(locate_rankings(info["frames"])) if info["frames"] else []
+
+    def where(r: ItemResult, label: str) -> str:
+        return "right" if r.located[label] else f"wrong ({', '.join(map(str, r.moments[label]))})"
+
     rows = [[f"`{r.source}`", r.noun, ", ".join(r.ceiling), "yes" if r.top5 else "no",
              *("right" if r.choice[s] else "wrong" for s in scorings), f"{r.answer.strip()!r}", "right" if r.open_right else "wrong",
-             "-" if r.located is None else ("right" if r.located else f"wrong ({', '.join(map(str, r.moments))})")]
+             *(where(r, label) for label in rankings)]
             for r in rs]
     head = ["item", "its noun", "encoder's top-5 nouns (pan)", "truth in top-5",
-            *(f"choice ({s})" for s in scorings), "open answer", "open names it", "~/locate top-3"]
+            *(f"choice ({s})" for s in scorings), "open answer", "open names it",
+            *(f"~/locate top-3, {label} (else the 3 moments' frames)" for label in rankings)]
     summary = [[label, share(sub, lambda r: r.top1), share(sub, lambda r: r.top5),
                 *(share(sub, lambda r, s=s: r.choice[s]) for s in scorings), share(sub, lambda r: r.open_right),
-                share(sub, lambda r: r.located)]
+                *(share(sub, lambda r, k=k: r.located[k]) for k in rankings)]
                for label, sub in (("all held-out items", rs), ("truth in the encoder's top-5 (the goal's items)", goal))]
     shead = ["items", "ceiling: encoder top-1", "ceiling: encoder top-5", *(f"choice ({s})" for s in scorings),
-             "open answer names it", "~/locate top-3"]
+             "open answer names it", *(f"~/locate top-3, {k}" for k in rankings)]
     header = run_table(info["machine"], THREADS, info["command"], info["wall_s"], info["load_end"])
     return "\n\n".join([
         f"## Results: real things by name, videokv-tiny {info['version']} (held-out real pictures and clips)",

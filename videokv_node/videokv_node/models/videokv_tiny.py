@@ -298,7 +298,9 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
                 for row, prow in zip(index.tolist(), probs)]
 
     def vision_modules(self) -> list[torch.nn.Module]:
-        return [self.encoder, self.projector] + ([self.nouns] if self.nouns is not None else [])
+        # The noun block has buffers only (no parameters to cast): its gathered embeddings are cast to the visual
+        # tokens' dtype in vision_forward, so an export in float32 carries it as constants.
+        return [self.encoder, self.projector]
 
     # --- identity ---------------------------------------------------------
     def fingerprint(self) -> str:
