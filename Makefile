@@ -26,6 +26,8 @@
 #                       recall, ~/locate, TTFT, ingest and bytes (robot preset: about 1 h on 2 CPU cores;
 #                       HOUR_FRAMES=600,3600 PRESETS=paper for the other cells; docs/bench/hour.md)
 #   make bench-hour-ros one hour stream through the node over DDS (~/ask, ~/locate), beside the engine's row
+#   make bench-things   videokv-tiny on held-out real pictures and clips: choice, open answer, ~/locate in 600 frames
+#                       of real footage, beside the encoder's own top-1/top-5 (docs/bench/things.md; about 5 minutes)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
@@ -61,7 +63,7 @@ TEST_WORKERS ?= 2
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-load clean distclean
+.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-load clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -120,6 +122,10 @@ bench-hour-ros: build
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things
+
+bench-things: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.things
 
 bench-snapshots: build
 	. ./env.sh && python -m bench.snapshots

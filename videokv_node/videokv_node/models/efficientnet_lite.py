@@ -106,9 +106,13 @@ class EfficientNetLite0(nn.Module):
         """(B, 3, H, W) normalised pixels -> (B, 1280, H/32, W/32) feature map (7x7 at 224 px)."""
         return self.feature_levels(x)[0]
 
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, 1280, h, w) final map (``features``) -> (B, 1000) ImageNet logits."""
+        return self._fc(features.mean((2, 3)))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) -> (B, 1000) ImageNet logits."""
-        return self._fc(self.features(x).mean((2, 3)))
+        return self.classify(self.features(x))
 
 
 def weights_path() -> Path:

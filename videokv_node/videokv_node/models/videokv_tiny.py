@@ -4,7 +4,9 @@ frozen EfficientNet-Lite0 (ImageNet) -> its 7x7x1280 final and 14x14x80 fourth-s
 average pooled to a ``rows`` x ``cols`` grid -> a trained MLP projector per column ->
 SmolLM2-135M-Instruct, frozen but for rank-8 LoRA updates of its q_proj and v_proj, trained
 with the projector and merged into those weights at load (``models/lora.py``). Each frame is
-``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, driven exactly like the other adapters: explicit positions, a transformers ``Cache``, the
+``rows * cols`` visual tokens (2 x 3 = 6 by default) in the decoder's KV cache, then (v5, issue 34) the
+frame's noun block: the nouns the encoder's own ImageNet classifier sees, as text tokens (``models/nouns.py``;
+6 more tokens, 12 a frame), driven exactly like the other adapters: explicit positions, a transformers ``Cache``, the
 registered ``videokv`` attention on the decoder (``models/attention.py``), queries read
 by hooks on ``q_proj``. So every memory policy runs on it unchanged.
 
@@ -37,6 +39,7 @@ from videokv_node.models.chat_adapter import SUPPORTED_ROPE_TYPES, ChatVideoLLMA
 from videokv_node.models.efficientnet_lite import (
     FEATURE_DIM, IMAGE_SIZE, MID_FEATURE_DIM, EfficientNetLite0, denormalise, load_efficientnet_lite0, normalise,
 )
+from videokv_node.models.nouns import NounBlock, NounConfig, read_noun_table
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "videokv-tiny"
@@ -188,8 +191,11 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
     """EfficientNet-Lite0 + projector + a Llama-family decoder (SmolLM2) behind the adapter contract."""
 
     def __init__(self, encoder: EfficientNetLite0, projector: Projector, llm: LlamaForCausalLM, tokenizer, name: str,
-                 image_size: int = IMAGE_SIZE):
+                 image_size: int = IMAGE_SIZE, nouns: NounBlock | None = None):
+        """``nouns`` (v5): the frame's noun block after its visual tokens; None (the weights before v5, and
+        ``videokv-tiny-random``): visual tokens only."""
         self.model = llm.eval()
+        self.nouns = nouns
         self.encoder = encoder.eval()
         self.projector = projector.eval()
         self.tokenizer = tokenizer
@@ -207,7 +213,7 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         self.geometry = KVGeometry(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, cfg.num_attention_heads,
                                    next(llm.parameters()).dtype)
         self.max_positions = cfg.max_position_embeddings
-        self.tokens_per_frame = projector.grid[0] * projector.grid[1]
+        self.tokens_per_frame = projector.grid[0] * projector.grid[1] + (nouns.tokens if nouns is not None else 0)
         self._eos = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if i is not None}
         self._fingerprint: str | None = None
         self._vision_backend = None  # None: PyTorch on the model's device, made on first use (vision/selection.py)
@@ -231,13 +237,20 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             lora = DecoderLoRA.from_config(llm, manifest["lora"])
             lora.load_state_dict(load_file(weights_dir / LORA_FILE), strict=True)
             lora.to(device, dtype).merge_into(llm)
-        return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny")
+        nouns = None
+        if manifest.get("nouns"):
+            config = NounConfig(**manifest["nouns"])
+            nouns = NounBlock(read_noun_table(weights_dir / config.file), tokenizer, llm.get_input_embeddings(), config)
+            nouns = nouns.to(device, dtype)
+        return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny",
+                   nouns=nouns)
 
     @classmethod
     def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64,
-             colour_stats: bool = False) -> "VideoKVTinyAdapter":
+             colour_stats: bool = False, nouns: bool = False) -> "VideoKVTinyAdapter":
         """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files.
-        ``colour_stats``: the v4 projector, its colour map drawn at random (not zero) so that it shows."""
+        ``colour_stats``: the v4 projector, its colour map drawn at random (not zero) so that it shows.
+        ``nouns``: the v5 noun block, with the committed noun table (its nouns cut to a slot by the tiny tokenizer)."""
         tokenizer = build_tiny_tokenizer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -247,7 +260,9 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             projector = Projector(llm.config.hidden_size, mlp_dim=64, colour_stats=colour_stats)
             if colour_stats:
                 torch.nn.init.normal_(projector.colour.weight, std=0.5)
-        return cls(encoder.to(device), projector.to(device), llm.to(device), tokenizer, "videokv-tiny-random", image_size)
+        block = NounBlock(read_noun_table(WEIGHTS_DIR / NounConfig().file), tokenizer, llm.get_input_embeddings()) if nouns else None
+        return cls(encoder.to(device), projector.to(device), llm.to(device), tokenizer, "videokv-tiny-random", image_size,
+                   nouns=block.to(device) if block is not None else None)
 
     # --- vision -----------------------------------------------------------
     @torch.inference_mode()
@@ -265,9 +280,26 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
     def vision_forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, S) normalised pixels -> (B, rows * cols, hidden): the frozen encoder, then the projector.
         ``encode_frames`` (the shared one) runs it through the chosen vision backend."""
-        return self.projector(*self.encoder.feature_levels(pixels), pixels=denormalise(pixels))
+        maps, mid = self.encoder.feature_levels(pixels)
+        visual = self.projector(maps, mid, pixels=denormalise(pixels))  # (B, rows * cols, hidden)
+        if self.nouns is None:
+            return visual
+        block = self.nouns(self.encoder.classify(maps))  # (B, slots * slot_tokens, hidden)
+        return torch.cat([visual, block.to(visual.dtype)], 1)
+
+    @torch.inference_mode()
+    def frame_nouns(self, frames: list[np.ndarray]) -> list[list[tuple[str, float]]]:
+        """Per RGB frame, the nouns its block writes with their summed class probabilities, most probable first
+        (empty without a noun block, or where no noun reaches the threshold). For ``~/locate`` and logs."""
+        if self.nouns is None:
+            return [[] for _ in frames]
+        index, probs = self.nouns.top(self.encoder(self.preprocess(frames)))
+        return [[(self.nouns.nouns[i], round(float(p), 4)) for i, p in zip(row, prow) if i]
+                for row, prow in zip(index.tolist(), probs)]
 
     def vision_modules(self) -> list[torch.nn.Module]:
+        # The noun block has buffers only (no parameters to cast): its gathered embeddings are cast to the visual
+        # tokens' dtype in vision_forward, so an export in float32 carries it as constants.
         return [self.encoder, self.projector]
 
     # --- identity ---------------------------------------------------------
@@ -276,7 +308,11 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         if self._fingerprint is None:
             h = hashlib.sha256(json.dumps(self._fingerprint_config(), sort_keys=True, default=str).encode())
             h.update(f"grid={self.projector.grid} image_size={self.image_size}".encode())
-            for prefix, module in (("llm", self.model), ("projector", self.projector), ("encoder", self.encoder)):
+            modules = (("llm", self.model), ("projector", self.projector), ("encoder", self.encoder))
+            if self.nouns is not None:  # the table and threshold: a snapshot of another table must not restore
+                h.update(f"nouns={self.nouns.config}".encode())
+                modules += (("nouns", self.nouns),)
+            for prefix, module in modules:
                 for name, p in sorted(module.state_dict().items()):
                     h.update(f"{prefix}.{name}".encode())
                     h.update(p.detach().flatten()[:64].float().cpu().numpy().tobytes())

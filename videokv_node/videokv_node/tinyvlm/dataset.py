@@ -51,14 +51,19 @@ def _pixels(scenes: list[Scene]) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: int = 16) -> dict[Scene, torch.Tensor]:
+def pooled_features(encoder, projector: Projector, scenes: list[Scene], batch: int = 16,
+                    logits: dict[Scene, torch.Tensor] | None = None) -> dict[Scene, torch.Tensor]:
     """Scene -> (cols, rows * (1280 + 80)) pooled frozen encoder features (``Projector.pool_maps``), each
-    distinct scene encoded once."""
+    distinct scene encoded once. ``logits`` (v5's noun block): filled with each scene's (1000,) ImageNet
+    logits from the same pass."""
     unique = list(dict.fromkeys(scenes))
     out = {}
     for i in range(0, len(unique), batch):
         chunk = unique[i : i + batch]
-        out.update(zip(chunk, projector.pool_maps(*encoder.feature_levels(normalise(_pixels(chunk))))))
+        maps, mid = encoder.feature_levels(normalise(_pixels(chunk)))
+        out.update(zip(chunk, projector.pool_maps(maps, mid)))
+        if logits is not None:
+            logits.update(zip(chunk, encoder.classify(maps)))
     return out
 
 
@@ -73,20 +78,28 @@ def colour_features(projector: Projector, scenes: list[Scene], batch: int = 64) 
     return out
 
 
-def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene]) -> dict[Scene, torch.Tensor]:
+def cached_features(path: Path | None, encoder, projector: Projector, scenes: list[Scene],
+                    logits: dict[Scene, torch.Tensor] | None = None) -> dict[Scene, torch.Tensor]:
     """Scene -> (cols, ``projector.column_dim``), what ``Projector.pool`` gives: the encoder's part kept in
     ``path`` between runs (only scenes the file lacks are encoded), the colour statistics' part (a projector
-    with ``colour_stats``) computed from the renders."""
+    with ``colour_stats``) computed from the renders. ``logits`` (v5): filled with every scene's ImageNet
+    logits, kept in the file too (a file without them is encoded afresh)."""
     unique = list(dict.fromkeys(scenes))
     features = {}
     if path is not None and path.is_file():
         saved = torch.load(path, weights_only=False)
-        wanted = set(unique)
-        features = {s: f for s, f in zip(saved["scenes"], saved["features"]) if s in wanted}
+        if logits is None or "logits" in saved:
+            wanted = set(unique)
+            features = {s: f for s, f in zip(saved["scenes"], saved["features"]) if s in wanted}
+            if logits is not None:
+                logits.update((s, x) for s, x in zip(saved["scenes"], saved["logits"]) if s in wanted)
     if len(features) < len(unique):
-        features.update(pooled_features(encoder, projector, [s for s in unique if s not in features]))
+        features.update(pooled_features(encoder, projector, [s for s in unique if s not in features], logits=logits))
         if path is not None:
-            torch.save({"scenes": unique, "features": torch.stack([features[s] for s in unique])}, path)
+            saved = {"scenes": unique, "features": torch.stack([features[s] for s in unique])}
+            if logits is not None:
+                saved["logits"] = torch.stack([logits[s] for s in unique])
+            torch.save(saved, path)
     if projector.colour_stats:
         colour = colour_features(projector, unique)
         features = {s: torch.cat([f, colour[s]], -1) for s, f in features.items()}

@@ -18,9 +18,15 @@ FONT_FILE = "DejaVuSans-Bold.ttf"
 MIN_CROP = 0.6  # smallest crop side, as a fraction of the photo's shorter side
 
 
-@lru_cache(maxsize=len(PHOTOS))
+@lru_cache(maxsize=128)
 def photo_image(file: str) -> Image.Image:
-    """One of PHOTOS, as RGB (read once)."""
+    """A real picture, as RGB (read once): one of PHOTOS by its file name, or (v5, ``tinyvlm/things.py``) one of
+    opencv-doc's photographs as ``opencv:<file>`` or a frame of a clip as ``clip:<clip>:<index>``
+    (``things.real_image``)."""
+    if ":" in file:
+        from videokv_node.tinyvlm.things import real_image
+
+        return Image.fromarray(real_image(file))
     return Image.open(photo_dir() / file).convert("RGB")
 
 

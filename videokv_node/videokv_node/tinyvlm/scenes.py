@@ -115,6 +115,9 @@ class Example:
     answer: str  # with options: the right option's letter ("B")
     kind: str  # which family of question, for per-kind accuracy
     options: tuple[str, ...] = ()  # multiple choice in the node's letter format (tinyvlm.variety.with_letter_options)
+    # v5 (tinyvlm/things.py): per frame, the noun block's noun indices (models/nouns.NounBlock) standing in for
+    # the ones the encoder's classifier writes; None: the classifier's own
+    nouns: tuple[tuple[int, ...], ...] | None = None
 
 
 def caption(scene: Scene) -> str:

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 from videokv_node.models.efficientnet_lite import load_efficientnet_lite0
 from videokv_node.models.lora import DecoderLoRA
+from videokv_node.models.nouns import NOUNS_FILE, NounBlock, NounConfig, read_noun_table
 from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
 from videokv_node.tinyvlm.align import align_cells, projector_groups
 from videokv_node.tinyvlm.dataset import build_examples, cached_features
@@ -135,6 +136,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--varied-pool", type=int, default=2400, help="about this many distinct varied scenes")
     p.add_argument("--letter-share", type=float, default=0.0,
                    help="share of questions with a fixed answer set asked as letter multiple choice; v3: 0.3")
+    p.add_argument("--nouns", action="store_true",
+                   help="v5: each frame's block ends with the encoder's classifier's nouns (models/nouns.py, nouns.tsv)")
+    p.add_argument("--noun-threshold", type=float, default=NounConfig().threshold)
+    p.add_argument("--thing-examples", type=int, default=0,
+                   help="v5: questions about real things answered from the noun block (tinyvlm/things.py)")
+    p.add_argument("--thing-copy-share", type=float, default=0.5,
+                   help="share of the thing questions on any frame with a block drawn from the whole noun table")
     p.add_argument("--version", default="v3", help="recorded in the manifest (the evaluation's column label)")
     p.add_argument("--init-from", type=Path, default=None,
                    help="start from the projector and LoRA of this weights directory (v3: the v2 weights); "
@@ -166,9 +174,28 @@ def main(argv: list[str] | None = None) -> None:
     projector = Projector(llm.config.hidden_size, grid=args.grid, mlp_dim=args.mlp_dim, colour_stats=args.colour_stats)
     examples = build_examples(args.seed, args.frame_examples, args.stream_examples, args.pool, args.max_stream,
                               args.photo_examples, args.photo_crops, args.varied_examples, args.varied_pool, args.letter_share)
-    features = cached_features(args.feature_cache, encoder, projector, [s for ex in examples for s in ex.scenes])
+    nouns = blocks = None
+    if args.nouns:
+        from dataclasses import replace as _replace
+
+        from videokv_node.tinyvlm.things import ThingSampler
+
+        noun_config = _replace(NounConfig(), threshold=args.noun_threshold)
+        nouns = NounBlock(read_noun_table(WEIGHTS_DIR / NOUNS_FILE), tokenizer, llm.get_input_embeddings(), noun_config)
+        things = ThingSampler(args.seed, nouns.nouns)
+    logits = {} if nouns is not None else None
+    scenes = [s for ex in examples for s in ex.scenes] + (things.scenes() if nouns is not None else [])
+    features = cached_features(args.feature_cache, encoder, projector, scenes, logits=logits)
     if args.features_only:
         return
+    if nouns is not None:
+        order = list(features)
+        index, _ = nouns.top(torch.stack([logits[s] for s in order]))
+        blocks = dict(zip(order, index))
+        asked = things.questions(args.thing_examples, {s: b.tolist() for s, b in blocks.items()}, order,
+                                 args.thing_copy_share, args.max_stream)
+        shuffled = torch.randperm(len(examples) + len(asked), generator=torch.Generator().manual_seed(args.seed + 34))
+        examples = [(examples + asked)[i] for i in shuffled]
     t_feat = time.monotonic() - t_start
     print(f"{len(examples)} examples, {len(features)} distinct scenes encoded ({t_feat:.0f} s)", flush=True)
 
@@ -190,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         lora.load_state_dict(load_file(args.init_from / LORA_FILE), strict=True)
     trainer = ProjectorTrainer(llm, tokenizer, projector, features, align_weight=args.align_weight, lora=lora,
                                max_gap=args.max_gap, gap_share=args.gap_share, seed=args.seed,
-                               window_share=args.window_share, max_lead=args.max_lead)
+                               window_share=args.window_share, max_lead=args.max_lead, nouns=nouns, blocks=blocks)
     curve = train(trainer, examples, args.steps, args.batch, args.lr, args.seed, time_limit_s=args.time_limit,
                   lora_lr=args.lora_lr, log_every=args.log_every, colour_lr=args.colour_lr)
     t_train = time.monotonic() - t_start - t_feat
@@ -203,7 +230,9 @@ def main(argv: list[str] | None = None) -> None:
         lora.merge_into(llm)
     elif (args.out / LORA_FILE).exists():
         (args.out / LORA_FILE).unlink()  # a stale adapter of an earlier run must not be merged at load
-    adapter = VideoKVTinyAdapter(encoder, projector, llm, tokenizer, name="videokv-tiny")
+    if nouns is not None and args.out.resolve() != WEIGHTS_DIR.resolve():
+        (args.out / NOUNS_FILE).write_text((WEIGHTS_DIR / NOUNS_FILE).read_text())  # load() reads it beside the weights
+    adapter = VideoKVTinyAdapter(encoder, projector, llm, tokenizer, name="videokv-tiny", nouns=nouns)
     held_out = held_out_examples(args.eval_examples)
     right = right_answers(adapter, held_out)
     by_kind, overall = accuracy_by_kind(adapter, held_out, right)
@@ -222,6 +251,8 @@ def main(argv: list[str] | None = None) -> None:
                    "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
         "projector": projector.config(),
         "lora": lora.config() if lora is not None else None,
+        "nouns": ({"file": NOUNS_FILE, "slots": nouns.config.slots, "slot_tokens": nouns.config.slot_tokens,
+                   "threshold": nouns.config.threshold, "pad": nouns.config.pad} if nouns is not None else None),
         "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
         "data": {
             "recipe": "videokv_node/tinyvlm/scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
@@ -238,6 +269,11 @@ def main(argv: list[str] | None = None) -> None:
                       "band HELD_OUT_SIZES), never overlapping, on BACKGROUNDS (flat, gradient, noise, stripes, photo crops) "
                       "under drawn gain, colour cast, blur and sensor noise; colour/shape/position/count in WORDINGS",
             "letter_share": args.letter_share,
+            "thing_examples": args.thing_examples, "thing_copy_share": args.thing_copy_share if nouns is not None else None,
+            "things": "tinyvlm.things.ThingSampler: crops of opencv-doc's photographs (TRAIN_PHOTOS) and frames of clips "
+                      "(TRAIN_CLIPS), none held out (tinyvlm/things_heldout.py), labelled with the nouns the encoder's "
+                      "classifier writes in their block; and any training frame with its block drawn from the whole noun "
+                      "table (thing_copy_share); asked what is / was seen, yes/no with negatives, 4-noun letter choice",
             "letter_format": "ChatVideoLLMAdapter.question_ids(question, options): 'A. ...' lines and 'Answer with the "
                              "option's letter from the given choices directly.'; the answer is the letter",
             "distinct_scenes": len(features),

@@ -11,6 +11,7 @@ from transformers.cache_utils import DynamicCache
 
 from videokv_node.models.chat_adapter import OPTION_LETTERS, SYSTEM_PROMPT
 from videokv_node.models.lora import DecoderLoRA
+from videokv_node.models.nouns import NounBlock
 from videokv_node.models.videokv_tiny import Projector
 from videokv_node.tinyvlm.align import cell_targets
 from videokv_node.tinyvlm.scenes import Example, Scene
@@ -25,7 +26,8 @@ class ProjectorTrainer:
 
     def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0,
                  lora: DecoderLoRA | None = None, max_gap: int = 0, gap_share: float = 0.5, seed: int = 0,
-                 window_share: float = 0.0, max_lead: int = 0):
+                 window_share: float = 0.0, max_lead: int = 0, nouns: NounBlock | None = None,
+                 blocks: dict[Scene, torch.Tensor] | None = None):
         """``align_weight``: weight of stage 1's alignment loss (``cell_targets``) on the batch's frames,
         added to the answer loss. Our choice: without it the answer loss alone pulled the tokens away
         from the words stage 1 put them on (in the first model, held-out colour tokens ended nearest
@@ -60,6 +62,9 @@ class ProjectorTrainer:
         (``max_lead`` 0); colour 1.00 -> 0.33; first/last colour 0.75/0.50 -> 0.25/0.25. Not understood yet; the
         layouts stay here, parity-tested, for the next attempt (e.g. fewer isolated layouts, more steps)."""
         self.llm, self.tok, self.projector, self.features = llm, tokenizer, projector, features
+        # v5: each frame's noun block follows its visual tokens, as VideoKVTinyAdapter.vision_forward lays it:
+        # the classifier's nouns (``blocks``: scene -> (slots,) noun indices), or the example's own (Example.nouns)
+        self.nouns, self.blocks = nouns, blocks
         self.max_gap, self.gap_share = max_gap, gap_share
         self.window_share, self.max_lead = window_share, max_lead
         self._leads = list(features)  # lead-in frames are drawn from every scene with features
@@ -127,10 +132,15 @@ class ProjectorTrainer:
         row = {s: i for i, s in enumerate(scenes)}
         seqs, targets, positions, n_texts = [], [], [], []
         P = len(self.prefix)
-        T = tokens.shape[1]
+        T = tokens.shape[1] + (self.nouns.tokens if self.nouns is not None else 0)
         for ex, (leads, window) in zip(batch, layouts):
             frames = leads + list(ex.scenes)
-            visual = tokens[[row[s] for s in frames]].flatten(0, 1)  # (F*T, hidden), lead-ins first
+            visual = tokens[[row[s] for s in frames]]  # (F, rows * cols, hidden), lead-ins first
+            if self.nouns is not None:
+                index = torch.stack([self.blocks[s] for s in leads] + [
+                    torch.tensor(ex.nouns[j]) if ex.nouns is not None else self.blocks[s] for j, s in enumerate(ex.scenes)])
+                visual = torch.cat([visual, self.nouns.embed_slots(index)], 1)  # (F, T, hidden)
+            visual = visual.flatten(0, 1)  # (F*T, hidden)
             q = self.question_ids(ex.question, ex.options)
             a = self._ids(ex.answer) + [self.end_id]
             text = self.embed(torch.tensor(q + a[:-1]))  # (len(q) + len(a) - 1, hidden)
