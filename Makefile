@@ -85,6 +85,7 @@ bag: setup
 	. ./env.sh && python -m videokv_node.eval.make_bag --robot --out $(BAG) --questions $(BAG).json
 
 demo: build
+	scripts/setup_footage.sh
 	. ./env.sh && python -m videokv_node.programs.demo --model $(MODEL) --policy $(POLICY)
 
 bench: build

@@ -13,6 +13,10 @@ With ``videokv-tiny`` (the default: the small self-trained model, which sees for
 camera shows its story (``tinyvlm/story.py``: rendered scenes of the kind it was
 trained on), and each question is asked over the time window of the scenes it is about,
 with a memory budget that holds half of its frames, so the others are offloaded and retrieved back.
+Then it pans over four real photographs never trained on (an apple, a dog, a car, a butterfly:
+``DEMO_THINGS``, issue 34), asks "What did you see?" over each one's window, open and as multiple
+choice over the four nouns, and locates "the dog" with its poses (skipped, with the reason, where
+opencv-doc's photographs are not installed: ``scripts/setup_footage.sh``, which ``make demo`` runs).
 With the random-weight ``tiny`` models or a checkpoint directory it shows a scripted scene
 (a red "toolbox" square that stays, a green "apple", a blue "ball" crossing, a printed 7,
 a yellow cone) and asks a multiple-choice, an open and a time-window question.
@@ -160,6 +164,59 @@ def run_story(client: MemoryClient, topic: str, fps: float, _frames: int, sample
     print(f"\n{right} of {len(story.segments)} open answers right, {right_mc} of {len(story.segments)} multiple-choice answers right")
     blue = next(k for k, seg in enumerate(story.segments) if "blue circle" in seg.question)
     ok &= where_and_when(client, "the blue circle", story.window(blue, t0_ns), t0_ns)
+    things_start = t0_ns + math.ceil(len(story) / fps + 2) * NS  # after the story, 2 s of nothing between
+    ok &= run_things(client, topic, fps, sample_fps, t0_ns, things_start, env)
+    return ok
+
+
+# Real things for videokv-tiny's second part (issue 34): photographs the platform ships (opencv-doc's examples,
+# `scripts/setup_footage.sh`), never trained on (tinyvlm/things_heldout.py), each shown as a slow pan.
+DEMO_THINGS = ("opencv:apple.jpg", "opencv:chicky_512.png", "opencv:licenseplate_motion.jpg", "opencv:butterfly.jpg")
+LOCATED_THING = 1  # ~/locate "the dog"
+
+
+def run_things(client: MemoryClient, topic: str, fps: float, sample_fps: float, t0_ns: int, start_ns: int, env: dict) -> bool:
+    """videokv-tiny: pan over real things after the story, ask what was seen in each one's window (open and as
+    multiple choice over the four nouns), and ~/locate one of them with its poses. Skipped, not failed, where the
+    photographs are not installed."""
+    from videokv_node.models.nouns import article
+    from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS, PAN_FRAMES, thing_frames
+
+    items = [next(i for i in HELD_OUT_THINGS if i.source == s) for s in DEMO_THINGS]
+    try:
+        for item in items:
+            thing_frames(item, n=1)
+    except (OSError, KeyError, ValueError, RuntimeError) as e:
+        print(f"\n(real things skipped: {e}; `scripts/setup_footage.sh` installs opencv-doc's photographs)")
+        return True
+    before = client.stats.frames_ingested
+    n = PAN_FRAMES * len(items)
+    print(f"\npublishing pans over {len(items)} real photographs never trained on ({n} frames) on /{topic} ...")
+    if not publish(topic, fps, start_ns, env, ["--things", ",".join(DEMO_THINGS), "--pose-origin-ns", str(t0_ns)]):
+        return False
+    wait_ingested(client, before + int(n / fps * sample_fps))
+    nouns = [item.truth[0] for item in items]
+    options = [article(noun) for noun in nouns]  # "an apple", "a dog"
+    ok, right, right_mc = True, 0, 0
+    for k, item in enumerate(items):
+        since = start_ns + round(k * PAN_FRAMES * NS / fps)
+        until = start_ns + round(((k + 1) * PAN_FRAMES - 1) * NS / fps)
+        label = f"{(since - t0_ns) / NS:.1f}-{(until - t0_ns) / NS:.2f}s (showing {item.what})"
+        resp = client.ask("What did you see?", max_new_tokens=6, since_ns=since, until_ns=until)
+        ok &= show(f"{label}: 'What did you see?'", resp, t0_ns)
+        if resp.success:
+            hit = any(noun in resp.answer.lower().replace(".", " ").split() for noun in item.truth)
+            right += hit
+            print(f"    a right noun is any of {list(item.truth)}: {'RIGHT' if hit else 'WRONG'}")
+        resp = client.ask("What did you see?", options=options, since_ns=since, until_ns=until)
+        ok &= show(f"{label} as multiple choice {options}", resp, t0_ns)
+        if resp.success:
+            right_mc += resp.option_index == k
+            print(f"    expected {options[k]!r}: {'RIGHT' if resp.option_index == k else 'WRONG'}")
+    print(f"\nreal things: {right} of {len(items)} open answers name a right noun, {right_mc} of {len(items)} multiple-choice answers right")
+    k = LOCATED_THING
+    window = (start_ns + round(k * PAN_FRAMES * NS / fps), start_ns + round(((k + 1) * PAN_FRAMES - 1) * NS / fps))
+    ok &= where_and_when(client, f"the {nouns[k]}", window, t0_ns)
     return ok
 
 
@@ -219,14 +276,15 @@ def main(argv=None) -> int:
     story = args.model == "videokv-tiny"
     tiny = not os.path.isdir(os.path.expanduser(args.model))  # a seeded tiny model (the node refuses unknown names)
     if story:
-        # 6 tokens a frame after the 23-token prompt: 48 tokens keep 4 of the story's 8 sampled frames resident;
+        # 6 tokens a frame (v4) after the 23-token prompt: 48 tokens kept 4 of the story's 8 sampled frames resident;
         # the rest are offloaded to host memory and retrieved back (3 at most) for the questions about them.
         # A local window of one frame (6 tokens): each frame is encoded after the prompt and the frame before it.
         # Measured with `make demo` on v4 (2026-11-25): window 1 frame 6/6 open and 6/6 multiple choice, with
         # memory.rekv.selection layer and again with shared (the default since); window 1 token (each frame
         # encoded alone, v2's setting) 5/6 and 5/6, the motion question wrong. v2 had 5/6 at 1 token, 4/6 at
         # 1 frame, 5/6 at 2-3 frames (the digit read as 8).
-        params.update({"memory.budget_tokens": 48, "memory.local_window_tokens": 6, "memory.retrieve_frames": 3})
+        # v5 (issue 34) adds its noun block: 12 tokens a frame, so 72 tokens and a window of 12 keep the same frames.
+        params.update({"memory.budget_tokens": 72, "memory.local_window_tokens": 12, "memory.retrieve_frames": 3})
     elif tiny:
         # Small enough that 30 frames overflow the device budget: the demo then shows offloading and
         # retrieval (16 tokens per frame: window 8 frames, ~18 frames resident, 4 retrieved).

@@ -75,12 +75,28 @@ def compressed_msg(rgb, stamp_ns: int, frame_id: str = "camera") -> CompressedIm
     return msg
 
 
+def things_stream(sources: list[str], fps: float, start_ns: int) -> list[tuple[int, object]]:
+    """Real things as a camera pans over them, one after another (``tinyvlm/things_heldout.py``'s items by
+    source, ``thing_frames`` each), stamped 1/fps apart from ``start_ns``."""
+    from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS, thing_frames
+
+    by_source = {item.source: item for item in HELD_OUT_THINGS}
+    unknown = [s for s in sources if s not in by_source]
+    if unknown:
+        raise ValueError(f"unknown things {unknown}; known: {sorted(by_source)}")
+    frames = [rgb for s in sources for rgb in thing_frames(by_source[s])]
+    return [(start_ns + round(i * 1e9 / fps), rgb) for i, rgb in enumerate(frames)]
+
+
 def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, start_ns: int, compressed: bool = False,
-                  story: bool = False, odom_topic: str = "") -> int:
-    """Publish ``frames`` frames of the default scenario, or with ``story`` every frame of videokv-tiny's
-    demo story (``tinyvlm/story.py``; ``frames`` is then ignored); returns how many were published.
+                  story: bool = False, odom_topic: str = "", things: list[str] | None = None,
+                  pose_origin_ns: int = 0) -> int:
+    """Publish ``frames`` frames of the default scenario, with ``story`` every frame of videokv-tiny's
+    demo story (``tinyvlm/story.py``), or with ``things`` a pan over each real thing (``things_stream``;
+    ``frames`` is then ignored); returns how many were published.
     With ``odom_topic``, odometry at ODOM_HZ too, every pose up to ODOM_AHEAD_NS past a frame sent
-    before it."""
+    before it; the pose at stamp t is ``demo_pose`` of t - ``pose_origin_ns`` (default ``start_ns``), so a
+    second publish continues the first one's trajectory."""
     msg_type = CompressedImage if compressed else Image
     # Reliable: a test or demo must not lose frames to the network, only to the node's own sampling.
     pub = node.create_publisher(msg_type, topic, QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
@@ -93,7 +109,9 @@ def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, 
     # The reader matches this writer a moment after this writer matched it; a best-effort
     # (sensor_data) reader would drop what arrives before that.
     time.sleep(1.0)
-    if story:
+    if things:
+        stream = things_stream(things, fps, start_ns)
+    elif story:
         from videokv_node.tinyvlm.story import Story
 
         stream = list(Story(fps=fps).frames(start_ns))
@@ -104,7 +122,8 @@ def publish_scene(node: Node, topic: str, frames: int, fps: float, rate: float, 
     odom_period_ns, next_odom = round(1e9 / ODOM_HZ), 0
     for stamp_ns, rgb in stream:
         while odom is not None and start_ns + next_odom * odom_period_ns <= stamp_ns + ODOM_AHEAD_NS:
-            odom.publish(odometry_msg(start_ns + next_odom * odom_period_ns, next_odom / ODOM_HZ))
+            stamp = start_ns + next_odom * odom_period_ns
+            odom.publish(odometry_msg(stamp, (stamp - (pose_origin_ns or start_ns)) / 1e9))
             next_odom += 1
         pub.publish(compressed_msg(rgb, stamp_ns) if compressed else image_msg(rgb, stamp_ns))
         if period:
@@ -121,13 +140,16 @@ def main(argv=None) -> int:
     parser.add_argument("--start-ns", type=int, default=0, help="stamp of frame 0; 0 = the node clock now")
     parser.add_argument("--compressed", action="store_true")
     parser.add_argument("--story", action="store_true", help="videokv-tiny's demo story instead of the default scenario")
+    parser.add_argument("--things", default="", help="comma-separated real things (tinyvlm/things_heldout.py sources) panned over instead")
+    parser.add_argument("--pose-origin-ns", type=int, default=0, help="stamp at which the odometry's trajectory starts; 0 = --start-ns")
     parser.add_argument("--odom", default="", help="also publish the robot's odometry (nav_msgs/Odometry) on this topic")
     args, ros_args = parser.parse_known_args(argv)
     rclpy.init(args=ros_args)
     node = Node("synthetic_camera")
     try:
         start = args.start_ns or node.get_clock().now().nanoseconds
-        n = publish_scene(node, args.topic, args.frames, args.fps, args.rate, start, args.compressed, args.story, args.odom)
+        n = publish_scene(node, args.topic, args.frames, args.fps, args.rate, start, args.compressed, args.story, args.odom,
+                          [t for t in args.things.split(",") if t], args.pose_origin_ns)
         time.sleep(0.5)  # let reliable delivery finish before the publisher goes
         node.get_logger().info(f"published {n} frames on {args.topic}")
     except KeyboardInterrupt:
