@@ -293,7 +293,8 @@ def main(argv=None) -> int:
     if story:
         print(
             "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see docs/MODELS.md): it sees\n"
-            "      for real, on scenes like those it was trained on (held-out accuracy in docs/BENCHMARKS.md).\n"
+            "      for real, on scenes like those it was trained on, and names everyday things by ImageNet's classes (v5;\n"
+            "      held-out accuracy in docs/BENCHMARKS.md).\n"
             "      make demo MODEL=tiny runs the random-weight model instead (fast, answers meaningless)."
         )
     elif tiny:
