@@ -58,6 +58,7 @@ def test_every_noun_fits_its_slot_in_smollm2_tokens(adapter):
 
 def test_the_encoder_names_a_real_photo_in_the_block(adapter):
     """scikit-image's cat and coffee: the block's first noun is the classifier's (tabby -> cat, espresso -> coffee)."""
+    import numpy as np
     from PIL import Image
 
     from videokv_node.tinyvlm.scenes import photo_dir
