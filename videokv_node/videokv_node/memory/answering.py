@@ -198,15 +198,16 @@ class AnsweringMixin:
         for k, cont in enumerate(tokens):
             cont = cont[: ends[k]] if ends is not None else cont
             # Row i predicts token i: the question's last logits, then one causal pass over the
-            # continuation less its last token (whose successor is never needed), so n tokens cost
-            # one decoder pass, not n - 1 (on a GPU each pass is ~20 ms of launches whatever its length).
+            # continuation less its last token (whose successor is never needed): one decoder pass for
+            # any length, not one per token (on a GPU each pass is ~20 ms of launches whatever its length).
             rows = logits[None]
             if len(cont) > 1:
-                fed = self.adapter.forward(self.adapter.embed_tokens(cont[:-1]), self.adapter.text_positions(next_pos + len(ids), len(cont) - 1),
-                                           cache, n_logits=len(cont) - 1)
-                rows = torch.cat([rows, fed.view(len(cont) - 1, -1)])
+                n = len(cont) - 1
+                positions = self.adapter.text_positions(next_pos + len(ids), n)
+                fed = self.adapter.forward(self.adapter.embed_tokens(cont[:-1]), positions, cache, n_logits=n)
+                rows = torch.cat([rows, fed.view(n, -1)])
                 for layer in cache.layers:
-                    layer.crop(-(len(cont) - 1))  # back to the question's context
+                    layer.crop(-n)  # back to the question's context
             log_probs = torch.log_softmax(rows.double(), dim=-1)
             per_token.append(log_probs[torch.arange(len(cont)), torch.tensor(cont)].tolist())
         return per_token, chosen
