@@ -45,9 +45,9 @@ from bench import real_size
 from bench.timing import Summary
 from bench.workload import ingest_stream, mc_question, open_question, stream, time_question
 
-VISION = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, image_size=384, patch_size=14)
+VISION = real_size.SIGLIP_SO400M
 TEXT = {
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2),
+    "0.5b": real_size.QWEN2_0_5B,
     "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4),
     # Small enough to run the whole path on a CPU (the test of this module); not a checkpoint's shape.
     "test": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
@@ -93,7 +93,7 @@ def default_dtype(dtype: torch.dtype):
 @torch.no_grad()
 def build(geometry: str, device: torch.device, dtype: torch.dtype, seed: int) -> LlavaOnevisionAdapter:
     tokenizer = build_tiny_tokenizer()
-    text = dict(TEXT[geometry], max_position_embeddings=32768, rope_theta=1_000_000.0)
+    text = dict(TEXT[geometry], **real_size.QWEN2_POSITIONS)
     config = onevision_config(tokenizer, text, TEST_VISION if geometry == "test" else VISION)
     with device, default_dtype(dtype), no_init_weights():
         model = LlavaOnevisionForConditionalGeneration(config)

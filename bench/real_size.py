@@ -42,19 +42,15 @@ OFFLOAD_BYTES = 1 << 30
 INIT_STD = 0.02
 
 
+# The checkpoint's shapes (config.json of llava-onevision-qwen2-0.5b-ov); bench/gpu_geometry.py uses them too.
+QWEN2_0_5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2)
+SIGLIP_SO400M = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, image_size=384, patch_size=14)
+QWEN2_POSITIONS = dict(max_position_embeddings=32768, rope_theta=1_000_000.0)
+
+
 def real_size_config(tokenizer) -> LlavaOnevisionConfig:
     """llava-onevision-qwen2-0.5b's shapes: Qwen2-0.5B decoder, SigLIP-so400m tower at 384 px."""
-    text = dict(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        rope_theta=1_000_000.0,
-    )
-    vision = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, image_size=384, patch_size=14)
-    return onevision_config(tokenizer, text, vision)
+    return onevision_config(tokenizer, dict(QWEN2_0_5B, **QWEN2_POSITIONS), SIGLIP_SO400M)
 
 
 @torch.no_grad()

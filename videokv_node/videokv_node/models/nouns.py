@@ -119,7 +119,3 @@ class NounBlock(nn.Module):
     def names(self, index: torch.Tensor) -> list[list[str]]:
         """(B, slots) indices -> per frame the nouns written (pad slots left out)."""
         return [[self.nouns[i] for i in row if i] for row in index.tolist()]
-
-    def text(self, index: torch.Tensor) -> list[str]:
-        """What each frame's block reads as, decoded (for logs and tests)."""
-        return [" ".join(self.nouns[i] if i else self.config.pad for i in row) for row in index.tolist()]

@@ -197,10 +197,13 @@ def run_things(client: MemoryClient, topic: str, fps: float, sample_fps: float, 
     wait_ingested(client, before + int(n / fps * sample_fps))
     nouns = [item.truth[0] for item in items]
     options = [article(noun) for noun in nouns]  # "an apple", "a dog"
+
+    def window(k: int) -> tuple[int, int]:  # the stamps of thing k's first and last frame
+        return start_ns + round(k * PAN_FRAMES * NS / fps), start_ns + round(((k + 1) * PAN_FRAMES - 1) * NS / fps)
+
     ok, right, right_mc = True, 0, 0
     for k, item in enumerate(items):
-        since = start_ns + round(k * PAN_FRAMES * NS / fps)
-        until = start_ns + round(((k + 1) * PAN_FRAMES - 1) * NS / fps)
+        since, until = window(k)
         label = f"{(since - t0_ns) / NS:.1f}-{(until - t0_ns) / NS:.2f}s (showing {item.what})"
         resp = client.ask("What did you see?", max_new_tokens=6, since_ns=since, until_ns=until)
         ok &= show(f"{label}: 'What did you see?'", resp, t0_ns)
@@ -214,9 +217,7 @@ def run_things(client: MemoryClient, topic: str, fps: float, sample_fps: float, 
             right_mc += resp.option_index == k
             print(f"    expected {options[k]!r}: {'RIGHT' if resp.option_index == k else 'WRONG'}")
     print(f"\nreal things: {right} of {len(items)} open answers name a right noun, {right_mc} of {len(items)} multiple-choice answers right")
-    k = LOCATED_THING
-    window = (start_ns + round(k * PAN_FRAMES * NS / fps), start_ns + round(((k + 1) * PAN_FRAMES - 1) * NS / fps))
-    ok &= where_and_when(client, f"the {nouns[k]}", window, t0_ns)
+    ok &= where_and_when(client, f"the {nouns[LOCATED_THING]}", window(LOCATED_THING), t0_ns)
     return ok
 
 

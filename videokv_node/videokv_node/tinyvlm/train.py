@@ -30,6 +30,7 @@ deterministic algorithms on one thread count. Writes ``projector.safetensors`` a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -176,11 +177,9 @@ def main(argv: list[str] | None = None) -> None:
                               args.photo_examples, args.photo_crops, args.varied_examples, args.varied_pool, args.letter_share)
     nouns = blocks = None
     if args.nouns:
-        from dataclasses import replace as _replace
-
         from videokv_node.tinyvlm.things import ThingSampler
 
-        noun_config = _replace(NounConfig(), threshold=args.noun_threshold)
+        noun_config = dataclasses.replace(NounConfig(), threshold=args.noun_threshold)
         nouns = NounBlock(read_noun_table(WEIGHTS_DIR / NOUNS_FILE), tokenizer, llm.get_input_embeddings(), noun_config)
         things = ThingSampler(args.seed, nouns.nouns)
     logits = {} if nouns is not None else None
@@ -251,8 +250,7 @@ def main(argv: list[str] | None = None) -> None:
                    "but for the LoRA adapters below (lora.safetensors, merged into q_proj/v_proj at load)",
         "projector": projector.config(),
         "lora": lora.config() if lora is not None else None,
-        "nouns": ({"file": NOUNS_FILE, "slots": nouns.config.slots, "slot_tokens": nouns.config.slot_tokens,
-                   "threshold": nouns.config.threshold, "pad": nouns.config.pad} if nouns is not None else None),
+        "nouns": dataclasses.asdict(nouns.config) if nouns is not None else None,  # NounConfig(**it) at load
         "trainable_parameters": sum(p.numel() for p in trainer.parameters()),
         "data": {
             "recipe": "videokv_node/tinyvlm/scenes.py SceneSampler: rendered 224 px scenes (4 colours x 3 shapes "
