@@ -65,11 +65,14 @@ def test_ask_action_streams_cancels_and_refuses(ros):
         assert mc.result.success and mc.status == GoalStatus.STATUS_SUCCEEDED
         assert mc.feedback == [mc.result.answer] and mc.result.answer == options[mc.result.option_index]
 
-        # Canceled after the first token: ends canceled, with fewer tokens than asked for.
-        canceled = client.ask_stream("What happened?", max_new_tokens=64, cancel_after_tokens=1)
+        # Canceled after the first token: ends canceled, with fewer tokens than asked for. The goal
+        # asks for many tokens so that the cancel's DDS round trip arrives while it still generates:
+        # with 64, the random model wrote them all first once in CI (a few ms a token).
+        many = 1024  # the node's max_new_tokens_limit (its default)
+        canceled = client.ask_stream("What happened?", max_new_tokens=many, cancel_after_tokens=1)
         assert canceled.status == GoalStatus.STATUS_CANCELED, (canceled.status, canceled.result.message)
         assert not canceled.result.success and "canceled" in canceled.result.message
-        assert 1 <= len(canceled.feedback) < 64
+        assert 1 <= len(canceled.feedback) < many
 
         # Malformed goal: accepted, then refused with the reason; the node keeps answering.
         empty = client.ask_stream("   ")
