@@ -15,7 +15,8 @@ defaults (``MemoryConfig()``):
 - **locate**: every item's pan is placed at a seeded position in one stream of ``--frames`` frames of real
   footage training also used (``tinyvlm.things.TRAIN_CLIPS``' frames and pans over ``TRAIN_PHOTOS``; none
   shows a held-out item), one frame a second, into one engine with the node's defaults; then
-  ``engine.locate(LocateQuery("the <noun>", top_k=3))``: right when one of the 3 moments lies in the pan.
+  ``engine.locate(LocateQuery("the <noun>", top_k=3))``: right when one of the 3 moments lies in the pan, or in
+  another item's pan whose truth names the noun too (two items show oranges).
   Two rankings on the same memory (``LOCATE_RANKINGS``): the node's default (ReKV's retrieval scores
   shortlist ``answer.locate_rerank`` = 8 frames, re-ranked by likelihood), and every frame re-ranked by
   likelihood (``answer.locate_rerank`` = the stream's length: the model reads each frame alone).
@@ -172,7 +173,10 @@ def run_locate(adapter, results: dict[str, ItemResult], n_frames: int, seed: int
             got = engine.locate(LocateQuery(f"the {r.noun}", top_k=3))
             spans = [range(m.stamp_ns // NS - 1, max(m.stamp_ns, m.last_stamp_ns) // NS) for m in got.moments]
             r.moments[label] = [s.start for s in spans]
-            r.located[label] = any(set(s) & set(ranges[item.source]) for s in spans)
+            # Right where a moment lies in a pan showing the noun: this item's, or another's whose truth names it
+            # (the orange photograph and the fruit bowl both show oranges).
+            shows = set().union(*(ranges[it.source] for it in items if r.noun in it.truth or it.source == item.source))
+            r.located[label] = any(set(s) & shows for s in spans)
             log(f"  [{label}] locate the {r.noun}: frames {ranges[item.source].start}-{ranges[item.source].stop - 1}, "
                 f"got {r.moments[label]}")
     engine.close()

@@ -109,3 +109,30 @@ def test_tiny_adapter_with_nouns_writes_the_block_after_the_visual_tokens():
     assert torch.equal(feats[:, 6:], adapter.nouns.slot_embeds[index].flatten(1, 2).to(feats.dtype))
     assert [[n for n, _ in f] for f in adapter.frame_nouns(frames)] == adapter.nouns.names(index)
     assert adapter.fingerprint() != plain.fingerprint()
+
+
+def test_read_gives_back_the_nouns_written_in_any_precision_and_none_for_a_mix():
+    """``NounBlock.read``: the block ``embed_slots`` wrote for (dog, cup), (cat, none) and (none, none) reads back
+    as those nouns in order, also rounded to bfloat16; the mean of two different blocks (a policy averaging
+    frames) names no noun in the slots where they differ."""
+    block, _, _ = _block(["dog", "cat", "", "cup"])
+    index = torch.tensor([[3, 2], [1, 0], [0, 0]])  # nouns: '' cat cup dog
+    written = block.embed_slots(index)
+    assert block.read(written) == [("dog", "cup"), ("cat",), ()]
+    assert block.read(written.to(torch.bfloat16)) == [("dog", "cup"), ("cat",), ()]
+    mixed = (block.embed_slots(torch.tensor([[3, 1]])) + block.embed_slots(torch.tensor([[2, 1]]))) / 2
+    assert block.read(mixed) == [("cat",)]  # slot 1 differs (dog vs cup): none; slot 2 is cat in both
+
+
+def test_tiny_adapter_frame_words_are_the_nouns_it_wrote():
+    adapter = VideoKVTinyAdapter.tiny(nouns=True)
+    rng = np.random.default_rng(1)
+    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(4)]
+    feats = adapter.encode_frames(frames)
+    # The tests' tiny tokenizer cuts nouns to a slot's 3 tokens, so some share a slot ("dock", "dog"): compared
+    # by what the decoder reads, their slots' token ids (never cut with SmolLM2's: test_videokv_tiny_weights.py).
+    ids = {n: adapter.nouns.slot_ids[i].tolist() for i, n in enumerate(adapter.nouns.nouns)}
+    read = [[ids[n] for n in f] for f in adapter.frame_words(feats)]
+    assert read == [[ids[n] for n, _ in f] for f in adapter.frame_nouns(frames)] and any(read)
+    plain = VideoKVTinyAdapter.tiny(nouns=False)
+    assert plain.frame_words(plain.encode_frames(frames)) == [()] * 4  # no noun block: no words

@@ -64,6 +64,15 @@ def test_the_encoder_names_a_real_photo_in_the_block(adapter):
 
     frames = [np.asarray(Image.open(photo_dir() / f).convert("RGB")) for f in ("chelsea.png", "coffee.png")]
     assert [nouns[0][0] for nouns in adapter.frame_nouns(frames)] == ["cat", "coffee"]
+    # The memory reads the same nouns back from the frame's tokens (~/locate's words), also in half precision.
+    feats = adapter.encode_frames(frames)
+    assert [w[0] for w in adapter.frame_words(feats)] == [w[0] for w in adapter.frame_words(feats.half())] == ["cat", "coffee"]
+
+
+def test_no_two_nouns_share_a_slot(adapter):
+    """``NounBlock.read`` tells nouns apart by their slots' embeddings: with SmolLM2's tokens no two are alike."""
+    ids = {tuple(row) for row in adapter.nouns.slot_ids.tolist()}
+    assert len(ids) == len(adapter.nouns.nouns)
 
 
 def test_every_word_the_tokens_are_aligned_to_is_one_smollm2_token(adapter):

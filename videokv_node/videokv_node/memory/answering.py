@@ -25,7 +25,7 @@ from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, check_choice
 from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
-                                        rerank_by_likelihood)
+                                        rerank_by_likelihood, words_shortlist)
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
 from videokv_node.memory.context.selection import InPass
 from videokv_node.memory.question import Answer, Continuations, Question, RequestError
@@ -254,8 +254,8 @@ class AnsweringMixin:
     def locate(self, query: LocateQuery) -> LocateResult:
         """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``), no text generated:
         the policy's retrieval scores, else one question prefill's attention mass; then (``answer.locate_rerank``
-        > 0) the best re-ranked by the query's likelihood about each alone. Refuses (RequestError, nothing
-        changed) an empty query, top_k < 1, a bad window, too long a query, or no frames to rank."""
+        > 0) the best, and the blocks whose words name the query's thing, re-ranked by the query's likelihood about
+        each alone. Refuses (RequestError, nothing changed) an empty query, top_k < 1, a bad window, too long a query, or no frames to rank."""
         t0, answer = time.perf_counter(), self.generation.answer
         if query.top_k < 1:
             raise RequestError(f"top_k must be at least 1, got {query.top_k}")
@@ -269,8 +269,15 @@ class AnsweringMixin:
             _, _, chosen, _ = self._prefill(question, ids, 1, mass := AttentionMass())
             per_block = block_masses(mass, self.last_layer_blocks, chosen, self.sink.n_tokens)
             blocks, values, method = [chosen[bid] for bid in per_block], list(per_block.values()), "attention"
-        moments = rank_moments(blocks, values, max(query.top_k, answer.locate_rerank), sources := {})
+        shortlist = max(query.top_k, answer.locate_rerank)
+        moments = rank_moments(blocks, values, shortlist, sources := {})
         if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/locate.py)
+            if named := words_shortlist(candidates, query.text, shortlist):  # blocks whose words name the thing
+                seen = {(m.stamp_ns, m.camera) for m in moments}
+                named_moments = rank_moments(named, [-float(i) for i in range(len(named))], sum(len(b.stamps_ns) for b in named), found := {})
+                moments = [m for m in named_moments if (m.stamp_ns, m.camera) not in seen] + moments
+                sources = {**found, **sources}  # a moment of both keeps the first ranking's block
+                method += "+words"
             moments = rerank_by_likelihood(moments, sources, lambda bs: self.read_alone(bs, query.text), query.top_k)
             method += "+likelihood"
         return LocateResult(moments, method, elapsed_s(t0, self.adapter.device))

@@ -77,11 +77,9 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self.last_layer_token_share: list[dict[int, float]] = []  # per layer, {stamp: share of its tokens attended}
         self._context_len = 0  # largest per-layer context (sink included) of the last question
-        # Poses of frames by (camera, stamp): filled from Frame.pose at ingest, read when a block is
-        # made (a policy may build a block from frames received earlier), pruned after evictions to
-        # the frames still in memory or waiting (``_prune_poses``). Blocks keep their own copy
-        # (FrameBlock.poses), the evidence and snapshots read that.
+        # Poses and words of frames by (camera, stamp), read when a block is made or stored (engine_state.py).
         self._frame_poses: dict[tuple[str, int], Pose] = {}
+        self._frame_words: dict[tuple[str, int], tuple[str, ...]] = {}
         self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
         self.last_logits: torch.Tensor | None = None
         # What the policy may ask of the engine (memory/policies/host.py): never the engine itself.
@@ -143,6 +141,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
             return []
         t0 = time.perf_counter()
         feats = self.adapter.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
+        self._frame_words.update(((f.camera, f.stamp_ns), w) for f, w in zip(frames, self.adapter.frame_words(feats)) if w)
         vision_ms = elapsed_s(t0, self.adapter.device) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
         self._frame_poses.update(((f.camera, f.stamp_ns), f.pose) for f in frames if f.pose is not None)
@@ -225,6 +224,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
     def _store_job(self, job: EncodeJob, blocks: list[FrameBlock]) -> list[FrameBlock]:
         with self._lock:
             for block in blocks:
+                block.words = block.words or self.words_of(block)
                 self.store.add(block)
             self.policy.after_encode(self.store, job, blocks)
             self._enforce_caps()
@@ -305,7 +305,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
             self.still = None if self.still is None else StillFilter(self.still.config, self.still.frames_merged)
         if self.resident is not None:
             self.resident.clear()
-        self._frame_poses = {}
+        self._frame_poses, self._frame_words = {}, {}
         self._ingest_ms.clear()
         self._stats = self._snapshot()
 

@@ -87,6 +87,13 @@ class VideoLLMAdapter(ABC):
     def encode_frames(self, frames: list[np.ndarray]) -> torch.Tensor:
         """RGB uint8 frames (H, W, 3), any size -> (F, tokens_per_frame, hidden) embeddings."""
 
+    def frame_words(self, feats: torch.Tensor) -> list[tuple[str, ...]]:
+        """(F, tokens_per_frame, hidden) frames from ``encode_frames`` -> per frame the words its tokens
+        spell out as text, if the model writes any into a frame (videokv-tiny v5's nouns), most certain
+        first. The memory keeps them with the frame's block for ``~/locate`` (``memory/locate.py``,
+        ``words_shortlist``). Default: none (a model whose frame tokens are all visual)."""
+        return [() for _ in range(feats.shape[0])]
+
     # --- text -------------------------------------------------------------
     @abstractmethod
     def prefix_ids(self) -> list[int]:

@@ -28,6 +28,8 @@ from torch import nn
 
 NOUNS_FILE = "nouns.tsv"  # index, ImageNet class (first synonym), noun ('' for none); beside the weights
 N_CLASSES = 1000
+READ_TOLERANCE = 0.02  # a slot read back (NounBlock.read) within 2% of a noun's slot embedding's norm is that noun:
+# bfloat16 rounds by 0.4%, and two different nouns' slots differ by far more (they differ in whole token embeddings)
 
 
 def read_noun_table(path: str | Path) -> list[str]:
@@ -115,6 +117,21 @@ class NounBlock(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         return self.embed_slots(self.top(logits)[0])
+
+    def read(self, block: torch.Tensor) -> list[tuple[str, ...]]:
+        """(F, slots * slot_tokens, hidden) noun blocks as ``forward`` wrote them -> per frame the nouns, most
+        probable first. Each slot is matched to the nearest of the table's slot embeddings and kept only where
+        it is that slot to within ``READ_TOLERANCE`` of its norm (a block in half precision, or from a vision
+        backend's engine, is the same noun; a slot that is no noun's, e.g. two frames' blocks averaged by a
+        policy, reads as none). The pad slot (index 0) is left out."""
+        f = block.shape[0]
+        slots = block.detach().reshape(f, self.config.slots, -1).float()  # (F, slots, S * hidden)
+        table = self.slot_embeds.flatten(1).to(slots.device, torch.float32)  # (nouns, S * hidden)
+        dist = torch.cdist(slots, table[None].expand(f, -1, -1))  # (F, slots, nouns)
+        best, index = dist.min(-1)
+        exact = best <= READ_TOLERANCE * table[index].norm(dim=-1)
+        index = torch.where(exact, index, torch.zeros_like(index))
+        return [tuple(names) for names in self.names(index)]
 
     def names(self, index: torch.Tensor) -> list[list[str]]:
         """(B, slots) indices -> per frame the nouns written (pad slots left out)."""

@@ -270,7 +270,7 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         """RGB uint8 (H, W, 3) frames -> (F, 3, S, S) encoder input on the model's device."""
         out = []
         for rgb in frames:
-            x = torch.from_numpy(np.ascontiguousarray(rgb)).to(self.device)  # (H, W, 3) uint8
+            x = torch.from_numpy(np.require(rgb, requirements=["C", "W"])).to(self.device)  # (H, W, 3) uint8; copied if read-only
             x = x.permute(2, 0, 1)[None].float() / 255.0  # (1, 3, H, W)
             if x.shape[-2:] != (self.image_size, self.image_size):
                 x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False)
@@ -286,6 +286,13 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             return visual
         block = self.nouns(self.encoder.classify(maps))  # (B, slots * slot_tokens, hidden)
         return torch.cat([visual, block.to(visual.dtype)], 1)
+
+    def frame_words(self, feats: torch.Tensor) -> list[tuple[str, ...]]:
+        """``VideoLLMAdapter.frame_words``: the nouns of each frame's noun block, read back from its tokens
+        (``NounBlock.read``), so every vision backend's output gives them and no second encoder pass runs."""
+        if self.nouns is None:
+            return super().frame_words(feats)
+        return self.nouns.read(feats[:, -self.nouns.tokens:])
 
     @torch.inference_mode()
     def frame_nouns(self, frames: list[np.ndarray]) -> list[list[tuple[str, float]]]:

@@ -77,6 +77,7 @@ def block_entry(b: dict, segment: str | None) -> dict:
         "poses": [None if p is None else p.as_dict() for p in b["poses"]],
         **({"span": [b["span_end_ns"], b["frames_merged"], None if b["span_end_pose"] is None else b["span_end_pose"].as_dict()]}
            if b.get("span_end_ns") else {}),
+        **({"words": list(b["words"])} if b.get("words") else {}),  # optional: absent where none (and before 2026-11-27)
     }
 
 
@@ -150,6 +151,7 @@ def manifest(identity: dict, state: dict, blocks: list[dict]) -> dict:
             "evicted_blocks": store["evicted_blocks"],
             "evicted_entries": store["evicted_entries"],
             "pending_poses": [[c, s, p.as_dict()] for (c, s), p in sorted(state["pending_poses"].items())],
+            "pending_words": [[c, s, list(w)] for (c, s), w in sorted(state.get("pending_words", {}).items())],
         },
         "blocks": blocks,
         "policy_state": state["policy"]["meta"],

@@ -78,6 +78,10 @@ class FrameBlock:
     span_end_ns: int = 0  # the last merged frame's stamp
     frames_merged: int = 0  # frames merged into it
     span_end_pose: Pose | None = None  # the robot's pose at span_end_ns, if known
+    # The words the model's frame tokens spell out (``VideoLLMAdapter.frame_words``: videokv-tiny v5's nouns), of
+    # every frame it stands for, each once, in stamp order and each frame's own order; set when stored. ~/locate's
+    # shortlist reads them (memory/locate.py ``words_shortlist``).
+    words: tuple[str, ...] = ()
 
     def pose_at(self, stamp_ns: int) -> Pose | None:
         """The robot's pose when the frame stamped ``stamp_ns`` (one of ``stamps_ns``) was taken, if known."""
@@ -136,6 +140,7 @@ class FrameBlock:
             "kind": self.kind, "stream": self.stream, "rank": self.rank, "protected": self.protected,
             "tier": self.tier.value, "revision": self.revision, "poses": list(self.poses),
             "span_end_ns": self.span_end_ns, "frames_merged": self.frames_merged, "span_end_pose": self.span_end_pose,
+            "words": list(self.words),
             "positions": self.positions, "key_mean": self.key_mean, "rep": self.rep,
             "layers": [None if kv is None else {"index": kv.index, "logical": kv.logical} for kv in self.layers],
         }
@@ -170,7 +175,7 @@ class FrameBlock:
             rep=state["rep"], tier=tier, revision=int(state["revision"]), poses=tuple(state["poses"]),
             # A state from before issue 36 has no span: none merged.
             span_end_ns=int(state.get("span_end_ns", 0)), frames_merged=int(state.get("frames_merged", 0)),
-            span_end_pose=state.get("span_end_pose"),
+            span_end_pose=state.get("span_end_pose"), words=tuple(str(w) for w in state.get("words", ())),
         )
         if block.is_empty:
             raise ValueError(f"block {block_id} keeps nothing in any layer")

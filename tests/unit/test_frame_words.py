@@ -1,0 +1,168 @@
+"""Words in memory (issue 34): the words a model writes into a frame's tokens (videokv-tiny v5's nouns,
+``VideoLLMAdapter.frame_words``) are kept with the frame's block, leave with it, survive snapshots, and put
+the blocks that name a ``~/locate`` query's thing on the re-ranking's shortlist (``memory/locate.py``).
+
+The tiny random model writes no words, so its ``frame_words`` is replaced here by a table from each frame's
+own tokens to words chosen by the test; the references below are computed from that table by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from tests.unit.helpers import scene as scene_frames
+from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
+from videokv_node.memory import Frame
+from videokv_node.memory.config import MuKVConfig
+from videokv_node.memory.locate import LocateQuery, names, words_shortlist
+from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
+
+
+def words_for(i: int) -> tuple[str, ...]:
+    """Frame i's words: a dog in every third frame, a car and a dog after it, nothing in the rest."""
+    return (("dog",), ("car", "dog"), ())[i % 3]
+
+
+@pytest.fixture
+def worded(tiny_adapter, monkeypatch):
+    """Installs a ``frame_words`` on the tiny adapter that gives frame i of the returned frames ``words_for(i)``,
+    recognising each frame by its encoded tokens (nearest, as a batch may round differently)."""
+    def install(frames: list[Frame]) -> dict[int, tuple[str, ...]]:
+        feats = torch.cat([tiny_adapter.encode_frames([f.rgb]) for f in frames]).flatten(1).double()
+
+        def frame_words(got: torch.Tensor) -> list[tuple[str, ...]]:
+            nearest = torch.cdist(got.flatten(1).double(), feats).argmin(dim=1)
+            return [words_for(int(i)) for i in nearest]
+
+        monkeypatch.setattr(tiny_adapter, "frame_words", frame_words)
+        return {f.stamp_ns: words_for(i) for i, f in enumerate(frames)}
+    return install
+
+
+def expected_words(block, by_stamp: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
+    out: list[str] = []
+    for s in block.stamps_ns:
+        out += [w for w in by_stamp.get(s, ()) if w not in out]
+    return tuple(out)
+
+
+@pytest.mark.parametrize("policy", list(POLICY_CONFIGS))
+def test_blocks_keep_their_frames_words(tiny_adapter, worded, policy):
+    frames = scene_frames(9, 0, 3)
+    by_stamp = worded(frames)
+    e = engine(tiny_adapter, policy)
+    feed(e, frames)
+    blocks = [b for b in e.store.blocks() if not (b.kind == "summary" and b.stamp_ns <= 0)]
+    assert blocks and any(b.words for b in blocks)
+    for b in blocks:
+        assert b.words == expected_words(b, by_stamp), (b.kind, b.stamps_ns)
+    live = {(b.camera, s) for b in e.store.blocks() for s in b.stamps_ns}
+    live |= {(u.camera, s) for u in e.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
+    newest = max(s for _, s in live)
+    assert all(k in live or k[1] > newest for k in e._frame_words)  # the table follows memory
+    e.reset()
+    assert e._frame_words == {}
+
+
+@pytest.mark.parametrize("policy", ["rekv", "streamkv", "mukv"])
+def test_snapshot_round_trip_keeps_words(tiny_adapter, worded, tmp_path, policy):
+    frames = scene_frames(9, 2, 3)
+    worded(frames)
+    a = engine(tiny_adapter, policy)
+    feed(a, frames[:8])
+    save_snapshot(a, tmp_path / "snap")
+    b = engine(tiny_adapter, policy)
+    load_snapshot(b, tmp_path / "snap")
+    assert [x.words for x in b.store.blocks()] == [x.words for x in a.store.blocks()]
+    assert b.pending_words() == a.pending_words()  # frames waiting (StreamKV's open segment) keep theirs
+    feed(a, frames[8:])
+    feed(b, frames[8:])  # the same next frame: the same blocks, words included
+    assert [x.words for x in b.store.blocks()] == [x.words for x in a.store.blocks()]
+
+
+def test_a_snapshot_without_words_loads_with_none(tiny_adapter, worded, tmp_path):
+    """A snapshot written before words were kept has no ``words`` entries: its blocks load with none."""
+    frames = scene_frames(5, 3, 3)
+    worded(frames)
+    a = engine(tiny_adapter, "rekv")
+    feed(a, frames)
+    save_snapshot(a, tmp_path / "snap")
+    path = tmp_path / "snap" / "manifest.json"
+    m = json.loads(path.read_text())
+    assert any("words" in entry for entry in m["blocks"])
+    for entry in m["blocks"]:
+        entry.pop("words", None)
+    del m["engine"]["pending_words"]
+    path.write_text(json.dumps(m))
+    b = engine(tiny_adapter, "rekv")
+    load_snapshot(b, tmp_path / "snap")
+    assert len(b.store) == len(a.store) and all(x.words == () for x in b.store.blocks())
+
+
+def test_mukv_segment_words_survive_a_snapshot_while_a_frame_waits(tiny_adapter, worded, tmp_path):
+    """Segment blocks only: frame 7 waits in MuKV's own state when the snapshot is taken; its words still
+    reach the third segment's block after the restore (``pending_words``)."""
+    mukv = MuKVConfig(granularities=("segment",), segment_frames=3, retrieve_patch=0, retrieve_frame=0, retrieve_segment=1)
+    frames = scene_frames(9, 6, 3)
+    by_stamp = worded(frames)
+    a = engine(tiny_adapter, "mukv", mukv=mukv)
+    feed(a, frames[:7])
+    save_snapshot(a, tmp_path / "snap")
+    b = engine(tiny_adapter, "mukv", mukv=mukv)
+    load_snapshot(b, tmp_path / "snap")
+    feed(b, frames[7:])
+    assert len(b.store) == 3
+    assert [x.words for x in b.store.blocks()] == [expected_words(x, by_stamp) for x in b.store.blocks()]
+    assert list(b.store.blocks())[-1].words == ("dog", "car")  # frames 6, 7, 8: (dog), (car, dog), (): each once
+
+
+@pytest.mark.parametrize("subject, word, said", [
+    ("the dog", "dog", True),
+    ("Where did you last see the dogs?", "dog", True),  # plural
+    ("the boxes", "box", True),
+    ("the red toolbox", "box", False),  # whole words only
+    ("the hotdog", "dog", False),
+    ("a traffic light", "traffic light", True),  # a word of two
+    ("the light", "traffic light", False),
+    ("the traffic", "traffic light", False),
+    ("my jeans", "jean", True),
+    ("THE DOG", "dog", True),
+    ("", "dog", False),
+])
+def test_names_are_whole_words_singular_or_plural(subject, word, said):
+    assert names(subject, word) is said
+
+
+def test_words_shortlist_most_certain_word_first_then_newest():
+    def block(i, stamp, words):
+        return type("B", (), {"block_id": i, "stamp_ns": stamp, "words": words})()
+
+    blocks = [block(1, 10, ("dog",)), block(2, 20, ("cat", "dog")), block(3, 30, ("dog", "cat")),
+              block(4, 40, ("cat",)), block(5, 50, ())]
+    assert [b.block_id for b in words_shortlist(blocks, "Where did you last see the dog?", 5)] == [3, 1, 2]
+    assert [b.block_id for b in words_shortlist(blocks, "the dog", 2)] == [3, 1]
+    assert [b.block_id for b in words_shortlist(blocks, "the cats", 5)] == [4, 2, 3]
+    assert words_shortlist(blocks, "the car", 5) == []
+
+
+def test_locate_rereads_the_blocks_whose_words_name_the_thing(tiny_adapter, worded, monkeypatch):
+    """rekv's shortlist of 2 (top_k 2) joined by the 2 blocks the words name first: the newest frames whose first
+    word is "dog" (frames 9 and 6 of 11). No block names "bicycle": the shortlist is the first ranking's. With
+    re-ranking off, words are not read."""
+    frames = scene_frames(11, 4, 3)
+    worded(frames)
+    e = engine(tiny_adapter, "rekv", budget_frames=20)
+    feed(e, frames)
+    read = []
+    real = e.read_alone
+    monkeypatch.setattr(e, "read_alone", lambda blocks, text: read.append([b.stamp_ns for b in blocks]) or real(blocks, text))
+    e.generation.answer = dataclasses.replace(e.generation.answer, locate_rerank=2)  # a runtime parameter
+    got = e.locate(LocateQuery("Where did you last see the dog?", top_k=2))
+    assert got.method == "retrieval+words+likelihood" and len(got.moments) == 2
+    assert {frames[9].stamp_ns, frames[6].stamp_ns} <= set(read[-1]) and 2 <= len(read[-1]) <= 4
+    assert e.locate(LocateQuery("the bicycle", top_k=2)).method == "retrieval+likelihood"
+    e.generation.answer = dataclasses.replace(e.generation.answer, locate_rerank=0)
+    assert e.locate(LocateQuery("the dog", top_k=2)).method == "retrieval"
