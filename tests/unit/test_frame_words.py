@@ -17,7 +17,8 @@ from tests.unit.helpers import scene as scene_frames
 from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
 from videokv_node.memory import Frame
 from videokv_node.memory.config import MuKVConfig
-from videokv_node.memory.locate import LocateQuery, names, words_shortlist
+from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.words import SYNONYMS, names, words_shortlist
 from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
 
 
@@ -131,6 +132,14 @@ def test_mukv_segment_words_survive_a_snapshot_while_a_frame_waits(tiny_adapter,
     ("my jeans", "jean", True),
     ("THE DOG", "dog", True),
     ("", "dog", False),
+    ("the couch", "sofa", True),  # synonyms, either way
+    ("Where did you last see the puppies?", "dog", True),
+    ("my bike", "bicycle", True),
+    ("the bicycle", "bike", True),
+    ("the garbage can", "trash can", True),
+    ("the can", "trash can", False),
+    ("the red toolbox", "tool kit", True),
+    ("the kettle", "teapot", False),  # no group: only itself
 ])
 def test_names_are_whole_words_singular_or_plural(subject, word, said):
     assert names(subject, word) is said
@@ -142,16 +151,22 @@ def test_words_shortlist_most_certain_word_first_then_newest():
 
     blocks = [block(1, 10, ("dog",)), block(2, 20, ("cat", "dog")), block(3, 30, ("dog", "cat")),
               block(4, 40, ("cat",)), block(5, 50, ())]
-    assert [b.block_id for b in words_shortlist(blocks, "Where did you last see the dog?", 5)] == [3, 1, 2]
+    assert [b.block_id for b in words_shortlist(blocks, "the dog", 5)] == [3, 1, 2]
     assert [b.block_id for b in words_shortlist(blocks, "the dog", 2)] == [3, 1]
     assert [b.block_id for b in words_shortlist(blocks, "the cats", 5)] == [4, 2, 3]
     assert words_shortlist(blocks, "the car", 5) == []
 
 
+def test_synonym_groups_do_not_overlap():
+    """A word in two groups would join them silently: each word belongs to one group at most."""
+    seen = [w for g in SYNONYMS for w in g]
+    assert len(seen) == len(set(seen))
+
+
 def test_locate_rereads_the_blocks_whose_words_name_the_thing(tiny_adapter, worded, monkeypatch):
     """rekv's shortlist of 2 (top_k 2) joined by the 2 blocks the words name first: the newest frames whose first
     word is "dog" (frames 9 and 6 of 11). No block names "bicycle": the shortlist is the first ranking's. With
-    re-ranking off, words are not read."""
+    ``answer.locate_words`` or re-ranking off, words are not read."""
     frames = scene_frames(11, 4, 3)
     worded(frames)
     e = engine(tiny_adapter, "rekv", budget_frames=20)
@@ -164,5 +179,7 @@ def test_locate_rereads_the_blocks_whose_words_name_the_thing(tiny_adapter, word
     assert got.method == "retrieval+words+likelihood" and len(got.moments) == 2
     assert {frames[9].stamp_ns, frames[6].stamp_ns} <= set(read[-1]) and 2 <= len(read[-1]) <= 4
     assert e.locate(LocateQuery("the bicycle", top_k=2)).method == "retrieval+likelihood"
+    e.generation.answer = dataclasses.replace(e.generation.answer, locate_words=False)  # answer.locate_words off
+    assert e.locate(LocateQuery("the dog", top_k=2)).method == "retrieval+likelihood"
     e.generation.answer = dataclasses.replace(e.generation.answer, locate_rerank=0)
     assert e.locate(LocateQuery("the dog", top_k=2)).method == "retrieval"

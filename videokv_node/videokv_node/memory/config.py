@@ -302,6 +302,7 @@ class AnswerConfig:
     # first ranking's best frames alone; 0 keeps the first ranking (one probe or prefill, no more).
     locate_rerank: int = param(8, "~/locate: the first ranking's best max(N, top_k) frames re-ranked by the likelihood of the query as the model's answer to answer.locate_prompt about each frame alone (short decoder passes, frames of one size 8 to a pass); 0: off", runtime=True, zero_ok=True)
     locate_prompt: str = param("What is in the image?", "~/locate re-ranking: the open question each shortlisted frame is asked, the query's subject scored as its answer", runtime=True)
+    locate_words: bool = param(True, "~/locate re-ranking: also read the frames whose words (a model's own, videokv-tiny v5's nouns) name the query's thing (memory/words.py)", runtime=True)
 
     def __post_init__(self) -> None:
         check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)

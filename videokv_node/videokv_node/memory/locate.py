@@ -53,9 +53,9 @@ words name the query's thing (below).
 
 **Words** (not in any seed; issue 34): a model that writes words into a frame's tokens (videokv-tiny v5's
 nouns, ``VideoLLMAdapter.frame_words``) has them kept with the frame's block (``FrameBlock.words``). With
-re-ranking on, the blocks whose words name the query's subject (``names``: a word of the table as whole
-words of the subject, singular or plural) join the shortlist, at most max(N, top_k), those whose
-matching word is the frame's most certain first, then the newest (``words_shortlist``); the method is then
+re-ranking on, the blocks whose words name the query's subject (``memory/words.py``: a word as whole
+words of the subject, singular or plural, or a common synonym) join the shortlist, at most max(N, top_k),
+those whose matching word is the frame's most certain first, then the newest (``words_shortlist``); the method is then
 ``<first>+words+likelihood``. Why: on real things ReKV's mean key shortlisted the same frames for every
 query (docs/notes/2026-11-27-issue34-real-things.md), while the frame's own nouns say where the thing was; the
 likelihood re-ranking still orders the union, so a wrong noun costs a re-read, not a wrong first answer
@@ -182,36 +182,6 @@ _ASKING = re.compile(
     re.IGNORECASE,
 )
 _TRAILING = re.compile(r"(?:\s+(?:last|lately|recently|before|earlier|today|please))*\s*[?.!]*\s*$", re.IGNORECASE)
-
-
-_WORD = re.compile(r"[a-z]+")
-
-
-def _same_word(query: str, word: str) -> bool:
-    """``query`` is ``word``, or its plural or singular by an -s or -es ending ("dogs", "boxes", "jeans")."""
-    return query == word or query in (word + "s", word + "es") or word in (query + "s", query + "es")
-
-
-def names(subject: str, word: str) -> bool:
-    """Whether ``word`` (one of a frame's words, maybe several: "traffic light") is said in ``subject``: its
-    whole words in a row, each maybe plural ("the red toolbox" names "toolbox", not "box")."""
-    said, want = _WORD.findall(subject.lower()), _WORD.findall(word.lower())
-    n = len(want)
-    return n > 0 and any(all(_same_word(said[i + j], want[j]) for j in range(n)) for i in range(len(said) - n + 1))
-
-
-def words_shortlist(blocks: Sequence[FrameBlock], text: str, limit: int) -> list[FrameBlock]:
-    """At most ``limit`` of ``blocks`` whose words name the subject of the query ``text`` (``subject_of``,
-    ``names``): those whose first naming word comes earlier in their words first (a frame's most certain
-    noun comes first), then the newest. Empty where no block has words or none is named."""
-    subject = subject_of(text)
-    found = []
-    for block in blocks:
-        rank = next((i for i, w in enumerate(block.words) if names(subject, w)), None)
-        if rank is not None:
-            found.append((rank, -block.stamp_ns, block.block_id, block))
-    found.sort(key=lambda f: f[:3])
-    return [f[3] for f in found[:limit]]
 
 
 def subject_of(text: str) -> str:
