@@ -117,14 +117,16 @@ def ask_item(adapter, frames: list[np.ndarray], options: list[str]) -> tuple[str
     return answer, chosen
 
 
-def locate_stream(items: list[HeldOutThing], n_frames: int, seed: int) -> tuple[list[np.ndarray], dict[str, range]]:
-    """``n_frames`` frames of training footage with each item's pan placed at a seeded position (never touching
-    another's); returns the frames and each item's frame range."""
+def locate_stream(items: list[HeldOutThing], n_frames: int, seed: int,
+                  pan_frames: int | None = None) -> tuple[list[np.ndarray], dict[str, range]]:
+    """``n_frames`` frames of training footage with each item's pan (``pan_frames`` frames; default
+    ``thing_frames``' 8) placed at a seeded position (never touching another's); returns the frames and each
+    item's frame range."""
     from videokv_node.eval.footage import view
     from videokv_node.tinyvlm.things import TRAIN_CLIPS, TRAIN_PHOTOS, clip_frames, real_image
 
     rng = np.random.default_rng(seed)
-    pans = {it.source: thing_frames(it) for it in items}
+    pans = {it.source: thing_frames(it) if pan_frames is None else thing_frames(it, n=pan_frames) for it in items}
     filler_len = n_frames - sum(len(p) for p in pans.values())
     if filler_len < len(items) + 1:
         raise ValueError(f"{n_frames} frames cannot hold {len(items)} pans")
