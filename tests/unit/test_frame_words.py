@@ -15,8 +15,8 @@ import torch
 
 from tests.unit.helpers import scene as scene_frames
 from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
-from videokv_node.memory import Frame
-from videokv_node.memory.config import MuKVConfig
+from videokv_node.memory import Frame, Question
+from videokv_node.memory.config import MuKVConfig, ReKVConfig
 from videokv_node.memory.locate import LocateQuery
 from videokv_node.memory.words import SYNONYMS, names, words_shortlist
 from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
@@ -183,3 +183,37 @@ def test_locate_rereads_the_blocks_whose_words_name_the_thing(tiny_adapter, word
     assert e.locate(LocateQuery("the dog", top_k=2)).method == "retrieval+likelihood"
     e.generation.answer = dataclasses.replace(e.generation.answer, locate_rerank=0)
     assert e.locate(LocateQuery("the dog", top_k=2)).method == "retrieval"
+
+
+@pytest.mark.parametrize("selection", ["shared", "layer"])
+def test_rekv_questions_attend_the_blocks_whose_words_they_name(tiny_adapter, worded, selection):
+    """memory.rekv.words 0.5 of retrieve_frames 2: one block of the pool (the recent window is frame 10) is the
+    newest whose first word the question names, frame 9 ("dog"), attended in every layer; ReKV retrieves the
+    other. A question naming no frame's word keeps ReKV's two."""
+    frames = scene_frames(11, 5, 3)
+    worded(frames)
+    e = engine(tiny_adapter, "rekv", budget_frames=20, rekv=ReKVConfig(selection=selection, words=0.5))
+    feed(e, frames)
+    e.ask(Question("Did you see a dog?", max_new_tokens=1))
+    layers = e.last_layer_stamps
+    assert all(frames[9].stamp_ns in layer for layer in layers)
+    assert all(len(layer) == 3 for layer in layers)  # the window's frame, the named one, one retrieved
+    e.ask(Question("Did you see a bicycle?", max_new_tokens=1))
+    assert all(len(layer) == 3 for layer in e.last_layer_stamps)
+
+
+def test_the_word_index_follows_the_store(tiny_adapter, worded):
+    """``BlockStore.words`` holds exactly the held blocks' words: after evictions (full, a budget of a few
+    frames) and after a reset."""
+    frames = scene_frames(12, 7, 3)
+    by_stamp = worded(frames)
+    e = engine(tiny_adapter, "full", budget_frames=2)
+    feed(e, frames)
+    assert e.store.evicted_blocks > 0
+    for word in ("dog", "car"):
+        want = {b.block_id: b.words.index(word) for b in e.store.blocks() if word in b.words}
+        assert want and e.store.words.named(f"the {word}") == want
+        assert all(word in by_stamp[e.store.index.blocks[e.store.index.slot_of[i]].stamp_ns] for i in want)
+    assert e.store.words.named("the bicycle") == {}
+    e.reset()
+    assert len(e.store.words) == 0

@@ -24,12 +24,10 @@ from videokv_node.config_base import ConfigError, check_choice, check_fraction, 
 from videokv_node.memory.redundancy import RedundancyConfig
 
 PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
-REKV_QUERIES = ("prompt", "question")
-REKV_SELECTIONS = ("layer", "shared")
+REKV_QUERIES, REKV_SELECTIONS = ("prompt", "question"), ("layer", "shared")
 SIMILARITIES, SPLITS = ("tokens", "mean"), ("softmax", "code")
 HERMES_PSEUDO_MODES, HERMES_SCHEDULE_ENDS = ("probe", "live"), ("last_middle", "first_deep")
-HERMES_BUDGET_RULES, HERMES_RECENCY = ("hard_cap", "script"), ("frame", "token")
-HERMES_REINDEX = ("lazy", "eager")
+HERMES_BUDGET_RULES, HERMES_RECENCY, HERMES_REINDEX = ("hard_cap", "script"), ("frame", "token"), ("lazy", "eager")
 QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")  # how a multiple-choice question is read: the one list (engine, node, Spava, eval)
 DEFAULT_OPTION_SCORING = OPTION_SCORINGS[0]  # answer.option_scoring's default, and a Spava question's without one
@@ -88,13 +86,15 @@ class ReKVConfig:
     rerank: int = param(0, "ReKV, selection shared (ours, not ReKV's): the fused ranking's best N x retrieve_frames blocks are shortlisted, its first rerank_keep of retrieve_frames kept and the rest chosen by the question's likelihood about each block alone (as ~/locate re-ranks, with answer.locate_prompt); 0: off", zero_ok=True)
     rerank_keep: float = param(0.5, "ReKV re-ranking: the share of retrieve_frames taken in the fused ranking's order before the likelihood chooses the rest", fraction=True)
     contrast: int = param(0, "ReKV, selection shared and ~/locate (ours, not ReKV's): score each block's mean key less the mean of its w neighbours on each side in time (same camera), so what a frame shares with its shot cancels; 0: off, ReKV's mean key", zero_ok=True)
+    words: float = param(0.5, "ReKV (ours, not ReKV's): up to this share of retrieve_frames (rounded up) goes to the blocks whose words (a model's own: videokv-tiny v5's nouns) the question names, the rest retrieved as ReKV does; 0: off", fraction=True)
 
     def __post_init__(self) -> None:
         check_choice("memory.rekv.query", self.query, REKV_QUERIES)
         check_choice("memory.rekv.selection", self.selection, REKV_SELECTIONS)
         if min(self.rerank, self.contrast) < 0:
             raise ConfigError(f"memory.rekv.rerank and memory.rekv.contrast must be >= 0 (0: off), got {self.rerank} and {self.contrast}")
-        check_fraction("memory.rekv", "rerank_keep", self.rerank_keep)
+        for name in ("rerank_keep", "words"):
+            check_fraction("memory.rekv", name, getattr(self, name))
 
 
 @policy_config("streamkv")

@@ -41,6 +41,7 @@ _REKV = {
     "rekv.selection": "layer",  # each layer retrieves its own blocks inside the question's pass
     "rekv.rerank": 0,  # ReKV retrieves by the mean keys alone; it reads no frame before the question
     "rekv.contrast": 0,  # ReKV scores a block's own mean key
+    "rekv.words": 0.0,  # ReKV retrieves by the mean keys alone, whatever words a frame holds
 }
 # StreamKV (seed 000), "Experimental setup": 0.5 fps, local window 15K as ReKV, m = 4, M = 64,
 # threshold 0.99, 8 retrieved frames, 60% compression. The similarity and the layer split of

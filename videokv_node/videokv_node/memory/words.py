@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from videokv_node.memory.store.block import FrameBlock
+if TYPE_CHECKING:  # the store's word index imports this module
+    from videokv_node.memory.store.block import FrameBlock
 
 # Everyday synonyms, each group naming each other (case and plurals as in ``names``).
 SYNONYMS: tuple[frozenset[str], ...] = tuple(frozenset(g) for g in (
@@ -74,7 +76,7 @@ def names(subject: str, word: str) -> bool:
     return any(_said(said, w) for w in _GROUP_OF.get(word, (word,)))
 
 
-def words_shortlist(blocks: Sequence[FrameBlock], subject: str, limit: int) -> list[FrameBlock]:
+def words_shortlist(blocks: Sequence["FrameBlock"], subject: str, limit: int) -> list["FrameBlock"]:
     """At most ``limit`` of ``blocks`` whose words ``subject`` names: those whose first named word comes earlier
     in their words first (a frame's most certain word comes first), then the newest. Empty where no block has
     words or none is named."""

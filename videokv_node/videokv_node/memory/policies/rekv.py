@@ -56,6 +56,14 @@ Ingest (ours, exact): up to ``memory.prefill_batch`` queued frames are prefilled
 pass, each seeing only the sink, its own sliding window and itself at the positions it would have
 alone (``memory/context/batch_prefill.py``): the same blocks as frame by frame, one weight read.
 
+Words (``memory.rekv.words`` s > 0; ours, not ReKV's: the robot default 0.5, the paper preset 0): up to
+ceil(s x ``retrieve_frames``) of the pool are the blocks whose words the question names (a model that writes
+words into its frames, videokv-tiny v5's nouns: ``FrameBlock.words``, ``memory/words.py``), attended in every
+layer beside the recent window; ReKV retrieves the rest of ``retrieve_frames`` from the others as above. Why:
+ReKV's mean key does not single out the frames of a thing (issue 34: on real things ``~/locate``'s ReKV
+shortlist held the same frames for every query), the frame's own nouns do. A question naming no word of any
+frame retrieves as ReKV does.
+
 Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
 query's probe (queries read after the prompt sink), averaged over layers
 (``memory/locate.py`` says why); with ``selection: shared``, the fused rank score the
@@ -63,6 +71,8 @@ question retrieves by, so ``~/locate`` ranks the moments as a question would cho
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -98,19 +108,33 @@ class ReKVPolicy(MemoryPolicy):
         # paper (question_window off): ReKV's retrieved cache is the init tokens and the top-k blocks of all.
         recent = candidates.recent_within(self.config.local_window_tokens) if rekv.question_window else []
         pool = candidates.without(recent)
+        named = self._named(host, pool, question)  # memory.rekv.words: blocks whose words the question names
+        pool, recent, k = pool.without(named), recent + named, self.config.retrieve_frames - len(named)
         if rekv.selection != "shared":
-            return InPass(tuple(recent), pool, self.config.retrieve_frames, rekv.query)
+            return InPass(tuple(recent), pool, k, rekv.query)
         # Chosen before the pass, so no in-pass query (``rekv.query``) is read.
-        if not pool.count:  # nothing to rank: no probe
+        if not pool.count or not k:  # nothing to rank: no probe
             return Static.everywhere(recent, self.n_layers)
         q = query_means(host.probe(question), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
-        k = self.config.retrieve_frames
         index = host.store.index
         ranked = index.blocks_of(index.fused_top_k(q, pool.mask, k * max(1, rekv.rerank), rekv.contrast))  # best first
         keep = round(rekv.rerank_keep * k)  # the rest is read alone by the question's likelihood
         if not rekv.rerank or len(ranked) <= k or keep >= k:
             return Static.everywhere(recent + ranked[:k], self.n_layers)
         return Static.everywhere(recent + ranked[:keep] + self._reread(host, ranked[keep:], question, k - keep), self.n_layers)
+
+    def _named(self, host: PolicyHost, pool: Candidates, question: str) -> list[FrameBlock]:
+        """At most ``memory.rekv.words`` x ``retrieve_frames`` (rounded up) of ``pool`` whose words the question
+        names (``BlockStore.words``), those whose named word is their frame's most certain first, then the newest."""
+        limit = math.ceil(self.config.rekv.words * self.config.retrieve_frames)
+        ranks = host.store.words.named(question) if limit and pool.count and len(host.store.words) else {}
+        if not ranks:
+            return []
+        index = host.store.index
+        slots = torch.tensor([index.slot_of[i] for i in ranks], device=pool.mask.device)
+        blocks = [b for b, inside in zip(index.blocks_of(slots), pool.mask[slots].tolist()) if inside]
+        blocks.sort(key=lambda b: (ranks[b.block_id], -b.stamp_ns, b.block_id))
+        return blocks[:limit]
 
     @staticmethod
     def _reread(host: PolicyHost, shortlist: list[FrameBlock], question: str, k: int) -> list[FrameBlock]:

@@ -21,6 +21,7 @@ import torch
 
 from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.store.block_index import BlockIndex
+from videokv_node.memory.store.word_index import WordIndex
 from videokv_node.memory.store.host_arena import HostKVArena
 from videokv_node.models.adapter import KVGeometry
 
@@ -49,6 +50,7 @@ class BlockStore:
         self._blocks: OrderedDict[int, FrameBlock] = OrderedDict()
         self._tiers: dict[Tier, OrderedDict[int, FrameBlock]] = {t: OrderedDict() for t in Tier}  # the same blocks, per tier
         self.index = BlockIndex(geometry, device)
+        self.words = WordIndex()  # the blocks by their frames' words (FrameBlock.words)
         # Stamps of the frames held (a summary with no stamp counts none), for the stats' oldest and newest
         # without a walk over memory: counts plus two heaps whose stale tops are dropped lazily.
         self._stamps: Counter[int] = Counter()
@@ -289,6 +291,7 @@ class BlockStore:
         for tier in self._tiers.values():
             tier.clear()
         self.index.clear()
+        self.words.clear()
         self._stamps.clear()
         self._stamp_min.clear()
         self._stamp_max.clear()
@@ -298,6 +301,7 @@ class BlockStore:
         self._blocks[block.block_id] = block
         self._tiers[block.tier][block.block_id] = block
         self.index.insert(block)
+        self.words.add(block)
         self._index_span(block)
         for s in block.cited_stamps:
             if not self._stamps[s]:
@@ -310,6 +314,7 @@ class BlockStore:
         del self._blocks[block.block_id]
         del self._tiers[block.tier][block.block_id]
         self.index.remove(block)
+        self.words.remove(block)
         for s in block.cited_stamps:
             self._stamps[s] -= 1
             if not self._stamps[s]:
