@@ -61,3 +61,45 @@ def test_policy_answers_the_same_on_cuda_as_on_the_cpu(adapters, policy, preset)
         assert g[1] == c[1], f"question {i}: cited stamps differ"
         assert g[2] == c[2], f"question {i}: per-layer attended stamps differ"
         torch.testing.assert_close(torch.tensor(g[3]), torch.tensor(c[3]), rtol=1e-4, atol=1e-5)
+
+
+def _worded_answers(device: str, selection: str) -> list:
+    """videokv-tiny's architecture (random weights) with frames' words as test_frame_words.py gives them: the
+    blocks' words, a question's per-layer frames and ~/locate's moments."""
+    import dataclasses
+
+    from tests.unit.helpers import scene
+    from tests.unit.test_frame_words import words_for
+    from videokv_node.memory import MemoryConfig
+    from videokv_node.memory.config import ReKVConfig
+    from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
+
+    a = VideoKVTinyAdapter.tiny(device=device, nouns=True)
+    frames = scene(11, 5, 3)
+    feats = torch.cat([a.encode_frames([f.rgb]) for f in frames]).flatten(1).double()
+    a.frame_words = lambda got: [words_for(int(i)) for i in torch.cdist(got.flatten(1).double(), feats).argmin(dim=1)]
+    T = a.tokens_per_frame
+    cfg = MemoryConfig(policy="rekv", budget_tokens=len(a.prefix_ids()) + 4 * T, local_window_tokens=T, offload_bytes=1 << 24,
+                       retrieve_frames=2, page_tokens=4, rekv=ReKVConfig(selection=selection, words=0.5))
+    e = VideoMemoryEngine(a, cfg, GenerationConfig(max_new_tokens=1))
+    for f in frames:
+        e.ingest([f])
+    e.ask(Question("Did you see a dog?", max_new_tokens=1))
+    e.generation.answer = dataclasses.replace(e.generation.answer, locate_rerank=2)
+    found = e.locate(LocateQuery("the dog", top_k=2))
+    out = [[b.words for b in e.store.blocks()], e.last_layer_stamps, found.method, [m.stamp_ns for m in found.moments]]
+    e.close()
+    return out
+
+
+@pytest.mark.parametrize("selection", ["shared", "layer"])
+def test_frame_words_retrieval_and_locate_the_same_on_cuda(selection):
+    """Issue 34's words on both devices: the blocks' words, rekv's named blocks (the candidates' mask lives on the
+    device) and ~/locate's words shortlist give the same frames; the noun block reads back on the device."""
+    from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
+
+    assert _worded_answers("cuda", selection) == _worded_answers("cpu", selection)
+    block = VideoKVTinyAdapter.tiny(device="cuda", nouns=True).nouns
+    written = block.embed_slots(torch.tensor([[1, 2], [3, 0]], device="cuda"))
+    want = [(block.nouns[1], block.nouns[2]), (block.nouns[3],)]
+    assert block.read(written) == block.read(written.half()) == block.read(written.cpu()) == want
