@@ -6,6 +6,8 @@ only that span, so the hand-written text around it survives every run.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,13 @@ class Run:
 def log(message: str) -> None:
     """A benchmark's progress line, on stderr (stdout may be the rendered section)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def command_line(prog: str, argv: list[str] | None) -> str:
+    """How a bench was run, for its run table: ``prog`` and its arguments (``sys.argv``'s when ``argv`` is None),
+    quoted as a shell would take them, with the process's niceness."""
+    args = sys.argv[1:] if argv is None else argv
+    return f"`{prog}{''.join(f' {shlex.quote(a)}' for a in args)}` (niceness {os.nice(0)})"
 
 
 def run_table(mc: Machine, threads: int, command: str, wall_s: float, load_end: tuple[float, float, float]) -> str:

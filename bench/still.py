@@ -21,9 +21,7 @@ Two measurements, one run:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -149,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-hour", action="store_true")
     parser.add_argument("--out", default=DOC)
     args = parser.parse_args(argv)
-    command = "python -m bench.still" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
-    command = f"`{command}` (niceness {os.nice(0)})"
+    command = report.command_line("python -m bench.still", argv)
     machine = describe(REPO)
     torch.set_num_threads(1)
     library = FootageLibrary.load()

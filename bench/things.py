@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from videokv_node.models.videokv_tiny import MANIFEST_FILE, WEIGHTS_DIR, VideoKVTinyAdapter
 
-    command = "python -m bench.things" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
-    command = f"`{command}` (niceness {os.nice(0)})"
+    command = report.command_line("python -m bench.things", argv)
     machine = describe(REPO)
     torch.set_num_threads(THREADS)
     weights = args.weights or WEIGHTS_DIR

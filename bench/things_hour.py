@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -140,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 
-    command = "python -m bench.things_hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
-    command = f"`{command}` (niceness {os.nice(0)})"
+    command = report.command_line("python -m bench.things_hour", argv)
     machine = describe(REPO)
     torch.set_num_threads(THREADS)
     t0 = time.perf_counter()
