@@ -17,7 +17,7 @@ from tests.unit.helpers import scene as scene_frames
 from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
 from videokv_node.memory import Frame, Question
 from videokv_node.memory.config import MuKVConfig, ReKVConfig
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.locate import LocateQuery, Moment, with_named
 from videokv_node.memory.words import SYNONYMS, names, words_shortlist
 from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
 
@@ -217,3 +217,17 @@ def test_the_word_index_follows_the_store(tiny_adapter, worded):
     assert e.store.words.named("the bicycle") == {}
     e.reset()
     assert len(e.store.words) == 0
+
+
+def test_with_named_puts_the_named_moments_first_and_keeps_the_first_rankings_blocks():
+    def block(i, stamps):
+        return type("B", (), {"block_id": i, "stamp_ns": stamps[0], "stamps_ns": stamps, "camera": "cam", "kind": "frame",
+                              "pose_at": lambda self, s: None, "last_stamp": lambda self, s: s})()
+
+    a, b = block(1, (10,)), block(2, (20,))
+    moments = [Moment(10, "cam", 0.9), Moment(20, "cam", 0.5)]
+    sources = {(10, "cam"): a, (20, "cam"): b}
+    x, y = block(3, (30, 40)), block(4, (10,))  # a segment of two frames, and another block citing frame 10
+    got = with_named(moments, sources, [x, y])
+    assert [m.stamp_ns for m in got] == [40, 30, 10, 20]  # the named first (a block's frames newest first), then the rest
+    assert sources[(30, "cam")] is x and sources[(40, "cam")] is x and sources[(10, "cam")] is a

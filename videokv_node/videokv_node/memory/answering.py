@@ -25,7 +25,7 @@ from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, check_choice
 from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
-                                        rerank_by_likelihood, subject_of)
+                                        rerank_by_likelihood, subject_of, with_named)
 from videokv_node.memory.words import words_shortlist
 from videokv_node.memory.options import distinct_spans, option_texts, span_means
 from videokv_node.memory.context.selection import InPass
@@ -273,12 +273,8 @@ class AnsweringMixin:
         shortlist = max(query.top_k, answer.locate_rerank)
         moments = rank_moments(blocks, values, shortlist, sources := {})
         if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/locate.py)
-            if answer.locate_words and (named := words_shortlist(candidates, subject_of(query.text), shortlist)):  # blocks whose words name the thing
-                seen = {(m.stamp_ns, m.camera) for m in moments}
-                named_moments = rank_moments(named, [-float(i) for i in range(len(named))], sum(len(b.stamps_ns) for b in named), found := {})
-                moments = [m for m in named_moments if (m.stamp_ns, m.camera) not in seen] + moments
-                sources = {**found, **sources}  # a moment of both keeps the first ranking's block
-                method += "+words"
+            if answer.locate_words and (named := words_shortlist(candidates, subject_of(query.text), shortlist)):
+                moments, method = with_named(moments, sources, named), method + "+words"  # blocks whose words name the thing
             moments = rerank_by_likelihood(moments, sources, lambda bs: self.read_alone(bs, query.text), query.top_k)
             method += "+likelihood"
         return LocateResult(moments, method, elapsed_s(t0, self.adapter.device))

@@ -235,6 +235,18 @@ def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock]
     return out
 
 
+def with_named(moments: list[Moment], sources: dict[tuple[int, str], FrameBlock], named: Sequence[FrameBlock]) -> list[Moment]:
+    """The moments of ``named`` (blocks whose words name the query's thing, in that order) that ``moments`` lacks,
+    then ``moments``: the re-ranking's shortlist. ``sources`` gets each added moment's block (a moment of both
+    keeps the first ranking's)."""
+    found: dict[tuple[int, str], FrameBlock] = {}
+    extra = rank_moments(named, [-float(i) for i in range(len(named))], sum(len(b.stamps_ns) for b in named), found)
+    for key, block in found.items():
+        sources.setdefault(key, block)
+    seen = {(m.stamp_ns, m.camera) for m in moments}
+    return [m for m in extra if (m.stamp_ns, m.camera) not in seen] + moments
+
+
 def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], FrameBlock],
                          scores_of, top_k: int) -> list[Moment]:
     """``moments`` (best first) re-scored by ``scores_of(blocks)`` of the block each got its score from
