@@ -27,7 +27,9 @@
 #                       HOUR_FRAMES=600,3600 PRESETS=paper for the other cells; docs/bench/hour.md)
 #   make bench-hour-ros one hour stream through the node over DDS (~/ask, ~/locate), beside the engine's row
 #   make bench-things   videokv-tiny on held-out real pictures and clips: choice, open answer, ~/locate in 600 frames
-#                       of real footage, beside the encoder's own top-1/top-5 (docs/bench/things.md; about 5 minutes)
+#                       of real footage, beside the encoder's own top-1/top-5; then each glimpsed once in two
+#                       1,800-frame streams, ~/locate and "Did you see a <noun>?" with and without the frames'
+#                       words (docs/bench/things.md; about 15 minutes)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
@@ -126,7 +128,7 @@ bench-grounding: build
 
 bench-things: build
 	scripts/setup_footage.sh
-	. ./env.sh && nice -n 10 python -m bench.things
+	. ./env.sh && nice -n 10 python -m bench.things && nice -n 10 python -m bench.things_hour
 
 bench-snapshots: build
 	. ./env.sh && python -m bench.snapshots

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import accuracy, grounding, hour_report, hour_ros, locate_things, long_stream, memory_policies, report, scaling, snapshots, spava_prefill, still, things, vision_backends
+from bench import accuracy, grounding, hour_report, hour_ros, locate_things, long_stream, memory_policies, report, scaling, snapshots, spava_prefill, still, things, things_hour, vision_backends
 from videokv_node.tinyvlm import option_wording
 from videokv_node.tinyvlm import report as tiny_report
 
@@ -36,6 +36,7 @@ SPANS = [
     (hour_report.DOC, *hour_ros.MARKERS),
     (still.DOC, *still.MARKERS),
     (things.DOC, *things.MARKERS),
+    (things_hour.DOC, *things_hour.MARKERS),
 ]
 
 
