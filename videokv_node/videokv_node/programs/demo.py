@@ -3,7 +3,7 @@
 1. starts the videokv node as its own process (own DDS domain, localhost only);
 2. publishes a camera from a second process, with header stamps in scene time;
 3. asks through ``~/ask``, prints answers, evidence stamps, TTFT and the memory
-   statistics; then "When did you see the blue circle?" through ``~/locate`` and ``~/ask``,
+   statistics; then "When did you see the blue circle?" through ``~/locate`` and ``~/ask`` ("Did you see ...?"),
    answered with stamps and the robot's poses (the camera process publishes a synthetic
    odometry, ``synthetic_camera.demo_pose``, which the node interpolates at every frame's
    stamp); exits 0 only if every step worked (right answers are counted,
@@ -86,9 +86,13 @@ def where_and_when(client: MemoryClient, thing: str, truth: tuple[int, int], t0_
         inside = "in view then" if truth[0] <= time_to_ns(stamp) <= truth[1] else "not in view then"
         print(f"      {t:6.2f}s ({inside}), score {score:.3f}: robot at {pose_text(pose)} "
               f"(odometry truth x {x:.2f}, y {y:.2f}, heading {math.degrees(yaw):.1f} deg)")
-    resp = client.ask(f"When did you see {thing}?", max_new_tokens=8)
-    ok = show(f"~/ask 'When did you see {thing}?'", resp, t0_ns)
+    # The answer's evidence says when (videokv-tiny answers what a picture shows, not times): asked as yes or no.
+    resp = client.ask(f"Did you see {thing}?", options=["yes", "no"])
+    ok = show(f"~/ask 'Did you see {thing}?' (yes / no; its evidence says when)", resp, t0_ns)
     if resp.success:
+        inside = sum(truth[0] <= time_to_ns(s) <= truth[1] for s in resp.evidence_stamps)
+        print(f"    expected 'yes': {'RIGHT' if resp.option_index == 0 else 'WRONG'}; {inside} of "
+              f"{len(resp.evidence_stamps)} evidence frames in view then")
         for stamp, pose in list(zip(resp.evidence_stamps, resp.evidence_poses))[:6]:
             print(f"      evidence {(time_to_ns(stamp) - t0_ns) / NS:6.2f}s: robot at {pose_text(pose)}")
     missing = sum(not p.header.frame_id for p in loc.poses)
