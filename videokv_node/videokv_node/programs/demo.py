@@ -15,9 +15,8 @@ trained on), and each question is asked over the time window of the scenes it is
 with a memory budget that holds half of its frames, so the others are offloaded and retrieved back.
 Then it pans over four real photographs never trained on (an apple, a dog, a car, a butterfly:
 ``DEMO_THINGS``, issue 34), asks "What did you see?" over each one's window, open and as multiple
-choice over the four nouns, locates each ("the dog": a moment of the top 3 in its pan?) and shows "the dog"'s
-moments with their poses (skipped, with the reason, where
-opencv-doc's photographs are not installed: ``scripts/setup_footage.sh``, which ``make demo`` runs).
+choice over the four nouns, locates each (a moment of the top 3 in its pan?) and shows the dog's moments
+with their poses (skipped, with the reason, where opencv-doc's photographs are not installed: ``scripts/setup_footage.sh``, which ``make demo`` runs).
 With the random-weight ``tiny`` models or a checkpoint directory it shows a scripted scene
 (a red "toolbox" square that stays, a green "apple", a blue "ball" crossing, a printed 7,
 a yellow cone) and asks a multiple-choice, an open and a time-window question.
@@ -223,9 +222,8 @@ def run_things(client: MemoryClient, topic: str, fps: float, sample_fps: float, 
             print(f"    expected {options[k]!r}: {'RIGHT' if resp.option_index == k else 'WRONG'}")
     found = 0
     for k, noun in enumerate(nouns):  # ~/locate over the whole memory: a moment of the 3 inside the thing's pan
-        loc = client.locate(f"the {noun}", top_k=3)
+        loc, (since, until) = client.locate(f"the {noun}", top_k=3), window(k)
         ok &= loc.success
-        since, until = window(k)
         found += loc.success and any(since <= time_to_ns(s) <= until for s in loc.stamps)
     print(f"\nreal things: {right} of {len(items)} open answers name a right noun, {right_mc} of {len(items)} multiple-choice "
           f"answers right, ~/locate found {found} of {len(items)} in its top 3")
