@@ -19,7 +19,7 @@ from videokv_node.memory import Frame, Question
 from videokv_node.memory.config import MuKVConfig, ReKVConfig
 from videokv_node.memory.locate import LocateQuery, Moment, with_named
 from videokv_node.memory.words import SYNONYMS, names, words_shortlist
-from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
+from videokv_node.memory.snapshot.format import SnapshotError, load_snapshot, save_snapshot
 
 
 def words_for(i: int) -> tuple[str, ...]:
@@ -231,3 +231,22 @@ def test_with_named_puts_the_named_moments_first_and_keeps_the_first_rankings_bl
     got = with_named(moments, sources, [x, y])
     assert [m.stamp_ns for m in got] == [40, 30, 10, 20]  # the named first (a block's frames newest first), then the rest
     assert sources[(30, "cam")] is x and sources[(40, "cam")] is x and sources[(10, "cam")] is a
+
+
+@pytest.mark.parametrize("bad", ["dog", [1], [""], ["dog", "dog"]])
+def test_a_snapshot_with_malformed_words_is_refused_and_changes_nothing(tiny_adapter, worded, tmp_path, bad):
+    frames = scene_frames(4, 8, 3)
+    worded(frames)
+    a = engine(tiny_adapter, "rekv")
+    feed(a, frames)
+    save_snapshot(a, tmp_path / "snap")
+    path = tmp_path / "snap" / "manifest.json"
+    m = json.loads(path.read_text())
+    next(entry for entry in m["blocks"] if "words" in entry)["words"] = bad
+    path.write_text(json.dumps(m))
+    b = engine(tiny_adapter, "rekv")
+    feed(b, frames[:2])
+    before = [(x.block_id, x.words) for x in b.store.blocks()]
+    with pytest.raises(SnapshotError, match="malformed.*words"):
+        load_snapshot(b, tmp_path / "snap")
+    assert [(x.block_id, x.words) for x in b.store.blocks()] == before

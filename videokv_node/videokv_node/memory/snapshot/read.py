@@ -106,7 +106,7 @@ def read_state(identity: dict, manifest: dict, target: Path) -> dict:
             "next_block_id": int(engine["next_block_id"]),
             "frames_ingested": int(engine["frames_ingested"]),
             "pending_poses": {(str(c), int(s)): Pose.from_dict(p) for c, s, p in engine.get("pending_poses", [])},
-            "pending_words": {(str(c), int(s)): tuple(str(x) for x in w) for c, s, w in engine.get("pending_words", [])},
+            "pending_words": {(str(c), int(s)): _words(w, f"pending frame {c} {s}") for c, s, w in engine.get("pending_words", [])},
             "store": {
                 "blocks": blocks,
                 "evicted_blocks": int(engine["evicted_blocks"]),
@@ -282,7 +282,7 @@ def _block_states(model: dict, manifest: dict, state: dict[str, torch.Tensor],
             "id": block_id, "camera": str(e["camera"]), "stamp_ns": int(e["stamp_ns"]),
             "stamps_ns": [int(s) for s in e["stamps_ns"]], "kind": str(e["kind"]), "stream": str(e["stream"]),
             "rank": int(e["rank"]), "protected": bool(e["protected"]), "tier": e["tier"], "revision": int(e.get("revision", 0)),
-            "poses": _poses(e), **_span(e), "words": [str(w) for w in e.get("words", ())],
+            "poses": _poses(e), **_span(e), "words": _words(e.get("words", []), f"block {e['id']}"),
             "positions": (positions[:, at_pos : at_pos + t] if stored is None else mine.positions).clone(),
             "key_mean": (key_mean[i] if stored is None else mine.key_mean).clone(),
             "rep": rep, "layers": kvs,
@@ -300,6 +300,14 @@ def _gather_stored(block_id: int, layer: int, stored, idx: torch.Tensor) -> tupl
     if bool((at >= s_idx.numel()).any()) or not torch.equal(s_idx[at.clamp(max=max(s_idx.numel() - 1, 0))], idx):
         raise ValueError(f"block {block_id} layer {layer}: kept tokens are not among those its segment stores")
     return s_k[:, at], s_v[:, at]
+
+
+def _words(words, where: str) -> tuple[str, ...]:
+    """A block's or a pending frame's words (``FrameBlock.words``): a list of non-empty strings, each once; none
+    before 2026-11-27."""
+    if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words) or len(set(words)) != len(words):
+        raise ValueError(f"{where}: words must be a list of distinct non-empty strings, got {words!r}")
+    return tuple(words)
 
 
 def _poses(entry: dict) -> tuple:
