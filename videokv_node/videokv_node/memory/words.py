@@ -46,7 +46,6 @@ SYNONYMS: tuple[frozenset[str], ...] = tuple(frozenset(g) for g in (
     {"motorbike", "motorcycle", "scooter"},
     {"sweatshirt", "hoodie", "jumper", "sweater"},
     {"trousers", "pants", "jeans"},
-    {"rubbish", "trash", "garbage"},
 ))
 _GROUP_OF = {w: g for g in SYNONYMS for w in g}
 _WORD = re.compile(r"[a-z]+")
