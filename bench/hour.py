@@ -78,10 +78,14 @@ def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
 
 
 def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
-    for t in truths:
+    """``locate_truths``: the shapes' first (the main columns), then the real things' (``locate_real_top3``)."""
+    for k, t in enumerate(truths):
         moments = engine.locate(LocateQuery(t.query, top_k=LOCATE_TOP_K)).moments
         shown = {f for app in t.appearances for f in app}
         spans = [range(_index(stream, m.stamp_ns), _index(stream, m.last_stamp_ns or m.stamp_ns) + 1) for m in moments]
+        if k >= len(stream.things):
+            row.locate_real_top3.append(any(f in shown for s in spans for f in s))
+            continue
         got = [s[-1] for s in spans]  # "when did you last see it": a still span's last frame
         row.locate_top1.append(bool(spans) and any(f in shown for f in spans[0]))
         row.locate_top3.append(any(f in shown for s in spans for f in s))
@@ -90,7 +94,7 @@ def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
 
 def run_ceiling(adapter, stream, questions, truths, row: Row, T: int, sink: int) -> None:
     """The things' frames and the first CEILING_DISTRACTORS others, full attention, asked at the same moments."""
-    shown = sorted({f for a in stream.appearances for f in a.frames})
+    shown = sorted({f for a in stream.appearances + stream.real_appearances for f in a.frames})
     others = [i for i in range(stream.n_frames) if i not in shown][:CEILING_DISTRACTORS]
     keep = sorted(shown + others)
     row.frames = len(keep)
@@ -154,7 +158,8 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
         engine.close()
 
 
-def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: FootageLibrary | None = None) -> list[Row]:
+def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: FootageLibrary | None = None,
+             real_things: tuple[str, ...] = ()) -> list[Row]:
     """One worker's streams (a process of its own with ``--workers``); returns ``rows`` filled."""
     torch.set_num_threads(THREADS)
     library = library or FootageLibrary.load()
@@ -162,7 +167,7 @@ def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: Foo
     adapter.set_vision_backend(CachedVision(adapter.vision_backend))
     for seed in seeds:
         t0 = time.perf_counter()
-        run_stream(adapter, make_hour_stream(f"hour{n}-{seed}", n, seed, library), rows)
+        run_stream(adapter, make_hour_stream(f"hour{n}-{seed}", n, seed, library, real_things=real_things), rows)
         log(f"  {n} frames, stream seed {seed}: {time.perf_counter() - t0:.0f} s")
     return rows
 
@@ -179,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="robot")
     parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, full, recency, default")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
+    parser.add_argument("--real-things", default="", help="comma-separated held-out real photographs glimpsed once each "
+                        "(tinyvlm/things_heldout.py sources, e.g. opencv:chicky_512.png); their ~/locate in its own column")
     parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
@@ -186,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     presets = tuple(p for p in args.presets.split(",") if p)
     without = frozenset(w for w in args.without.split(",") if w)
+    real = tuple(r for r in args.real_things.split(",") if r)
     if not set(policies) <= set(POLICIES + HOUR_POLICIES) or not all(0 < b < 1 for b in budgets):
         parser.error(f"--policies must be a subset of {POLICIES + HOUR_POLICIES} and --budgets shares in (0, 1)")
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
@@ -205,14 +213,14 @@ def main(argv: list[str] | None = None) -> int:
 
             parts = [seeds[w::args.workers] for w in range(args.workers) if seeds[w::args.workers]]
             with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
-                done = pool.starmap(run_part, [(args.model, n, part, rows) for part in parts])
+                done = pool.starmap(run_part, [(args.model, n, part, rows, None, real) for part in parts])
             rows = done[0]
             for other in done[1:]:
                 for into, row in zip(rows, other, strict=True):
                     for name in Row.MERGED:
                         getattr(into, name).extend(getattr(row, name))
         else:
-            rows = run_part(args.model, n, seeds, rows, library)
+            rows = run_part(args.model, n, seeds, rows, library, real)
         results[n] = (rows, skipped)
     info = dict(machine=machine, command=command, niceness=os.nice(0), wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg(), model=args.model, streams=args.streams, seed=args.seed,

@@ -50,6 +50,10 @@ def main_table(rows: list[Row]) -> str:
     head = ["row", "frames in context", "accuracy [95% Wilson]", "needles found (any layer)",
             "needle recall, mean share of layers", "~/locate top-1", "~/locate top-3", "last-seen error p50 (s)",
             "TTFT p50 / p95 (ms)", "ingest ms/frame, first / last 10%", "resident / offloaded at the end"]
+    if any(r.locate_real_top3 for r in rows):  # --real-things: their ~/locate beside the shapes'
+        head.insert(7, "~/locate top-3, real things")
+        for r, cells in zip(rows, body):
+            cells.insert(7, f"{sum(r.locate_real_top3)}/{len(r.locate_real_top3)}" if r.locate_real_top3 else "-")
     return table(head, body)
 
 

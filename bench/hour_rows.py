@@ -86,10 +86,11 @@ class Row:
     encoder_calls: list[int] = field(default_factory=list)  # per stream, frames the engine encoded (ingested - merged)
     ingest_still_ms: list[float] = field(default_factory=list)  # per frame of a still shot, the row's ingest
     ingest_moving_ms: list[float] = field(default_factory=list)  # per frame of a moving shot
+    locate_real_top3: list[bool] = field(default_factory=list)  # ~/locate of the real things (--real-things), top 3
 
     MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
               "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded", "encoder_calls", "ingest_still_ms",
-              "ingest_moving_ms")
+              "ingest_moving_ms", "locate_real_top3")
 
     @property
     def key(self) -> str:

@@ -134,3 +134,35 @@ def test_view_and_noise():
     rng = np.random.default_rng(0)
     noisy = sensor_noise(np.full((50, 50, 3), 128, np.uint8), rng, 3.0)
     assert 2.5 < noisy.astype(float).std() < 3.5
+
+
+REAL = ("opencv:chicky_512.png", "opencv:licenseplate_motion.jpg", "opencv:butterfly.jpg")
+
+
+def test_real_things_are_glimpsed_once_and_change_nothing_else(library, stream):
+    """``real_things``: each held-out photograph in 1-3 consecutive frames once, away from every other appearance
+    and from the stream's ends; the shots, shapes, questions and every other frame as without them; their locate
+    truths after the shapes', named by their first truth noun. Unknown sources are refused."""
+    from videokv_node.eval.footage import opencv_data_dir
+
+    if opencv_data_dir() is None:
+        pytest.skip("opencv-doc's photographs not unpacked (scripts/setup_footage.sh)")
+    real = make_hour_stream("h", N, 3, library, real_things=REAL)
+    assert (real.shots, real.things, real.appearances) == (stream.shots, stream.things, stream.appearances)
+    assert hour_questions(real) == hour_questions(stream)
+    assert [t.noun for t in real.real_things] == ["dog", "car", "butterfly"]
+    assert sorted(a.thing for a in real.real_appearances) == [0, 1, 2]
+    shapes = [f for a in stream.appearances for f in a.frames]
+    for a in real.real_appearances:
+        assert 1 <= len(a.frames) <= 3 and list(a.frames) == list(range(a.frames[0], a.frames[-1] + 1))
+        assert N // 50 <= a.frames[0] and a.frames[-1] < N - N // 50
+        assert min(abs(f - s) for f in a.frames for s in shapes) >= 3
+        f = a.frames[0]
+        assert _digest(real.frame(f)) != _digest(stream.frame(f))  # the photograph, not the shot
+        assert _digest(real.frame(f + len(a.frames))) == _digest(stream.frame(f + len(a.frames)))  # the shot again
+    truths = locate_truths(real)
+    assert [t.query for t in truths[len(stream.things):]] == ["the dog", "the car", "the butterfly"]
+    assert [t.appearances for t in truths[len(stream.things):]] == [
+        tuple(a.frames for a in real.real_appearances if a.thing == k) for k in range(3)]
+    with pytest.raises(ValueError, match="unknown real things"):
+        make_hour_stream("h", N, 3, library, real_things=("opencv:nothing.jpg",))

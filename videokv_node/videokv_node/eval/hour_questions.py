@@ -124,6 +124,8 @@ def hour_questions(stream: HourStream, seed: int = 0) -> list[HourQuestion]:
 
 
 def locate_truths(stream: HourStream) -> list[LocateTruth]:
-    """One ``~/locate`` query per thing, asked after the last frame."""
-    return [LocateTruth(thing.subject, stream.n_frames - 1, tuple(a.frames for a in stream.appearances_of(t)))
-            for t, thing in enumerate(stream.things)]
+    """One ``~/locate`` query per thing, asked after the last frame: the shapes', then the real things' (if any)."""
+    shapes = [LocateTruth(thing.subject, stream.n_frames - 1, tuple(a.frames for a in stream.appearances_of(t)))
+              for t, thing in enumerate(stream.things)]
+    return shapes + [LocateTruth(thing.subject, stream.n_frames - 1, tuple(a.frames for a in stream.real_appearances if a.thing == t))
+                     for t, thing in enumerate(stream.real_things)]

@@ -16,6 +16,13 @@ and photographs into shots that look like a robot's day:
   model read 2 or 3 of 11, chance (on a card or not, at either size), so a question about one
   would measure the reading, not the memory.
 
+Optionally (``real_things``, issue 32 with issue 34's real things): held-out real photographs
+(``tinyvlm/things_heldout.py``: never trained on, truth by hand), each glimpsed once, in 1 to 3 consecutive
+sampled frames that show a view of the photograph instead of the shot (the robot turning to look at it), at
+frames no other thing is shown near; drawn from a Generator of their own, so a stream without them is the
+same as before. Their ``~/locate`` truths join the shapes'; the questions stay the shapes' (an "after"
+question's options are shapes, so a real thing glimpsed between two shapes does not change its answer).
+
 Everything comes from one ``numpy`` Generator per stream (``make_hour_stream(seed=...)``): the
 same seed and library give the same pixels everywhere. Frames are made on demand (``frame(i)``),
 so an hour of camera-sized frames never sits in memory. The questions (``eval/hour_questions.py``)
@@ -25,6 +32,7 @@ are built from the stream's truth.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -76,6 +84,22 @@ class Thing:
 
 
 @dataclass(frozen=True, slots=True)
+class RealThing:
+    """A held-out real photograph's thing (``tinyvlm/things_heldout.py``), named by its first truth noun."""
+
+    noun: str  # 'dog'
+    source: str  # 'opencv:chicky_512.png'
+
+    @property
+    def name(self) -> str:
+        return self.noun
+
+    @property
+    def subject(self) -> str:
+        return f"the {self.noun}"
+
+
+@dataclass(frozen=True, slots=True)
 class Appearance:
     """One showing of a thing: the sampled frames that hold it and where it is drawn."""
 
@@ -97,6 +121,8 @@ class HourStream:
     things: tuple[Thing, ...]
     appearances: tuple[Appearance, ...]  # in time order
     library: FootageLibrary
+    real_things: tuple[RealThing, ...] = ()
+    real_appearances: tuple[Appearance, ...] = ()  # ``thing`` indexes real_things; in time order
 
     def stamp(self, i: int) -> float:
         """Seconds from the stream's start of frame ``i`` (never 0: a zero stamp means unstamped to the node)."""
@@ -117,6 +143,9 @@ class HourStream:
         cx, cy, zoom = x0 + (x1 - x0) * u, y0 + (y1 - y0) * u, z0 + (z1 - z0) * u
         index = shot.clip_start + (round((i - shot.start) * shot.clip_step) if shot.kind == "clip" else 0)
         rgb = view(self.library.image(shot.source, index), cx, cy, zoom, self.size)
+        glimpse = next((a for a in self.real_appearances if i in a.frames), None)
+        if glimpse is not None:  # a real thing fills the view (module doc)
+            rgb = view(real_photo(self.real_things[glimpse.thing].source), glimpse.x, 0.5, 1.25, self.size)
         rng = np.random.default_rng([self.seed, i])
         rgb = sensor_noise(rgb, rng, shot.noise)
         for a in self.appearances:
@@ -211,13 +240,53 @@ def _appearances(n_frames: int, things: list[Thing], rng: np.random.Generator) -
     return out
 
 
+@lru_cache(maxsize=16)
+def real_photo(source: str) -> np.ndarray:
+    from videokv_node.tinyvlm.things import real_image
+
+    return real_image(source)
+
+
+def _real_appearances(n_frames: int, count: int, taken: list[Appearance], seed: int) -> list[Appearance]:
+    """``count`` glimpses of 1-3 frames, each at least ``gap`` frames from any other appearance, none in the first
+    or last 2%; x is the view's centre across the photograph."""
+    rng = np.random.default_rng([seed, 34])
+    lo, hi = max(1, n_frames // 50), n_frames - max(4, n_frames // 50)
+    gap = max(3, (hi - lo) // (4 * (len(taken) + count)))
+    busy = [f for a in taken for f in a.frames]
+    out: list[Appearance] = []
+    for t in range(count):
+        for _ in range(1000):
+            start, length = int(rng.integers(lo, hi - 3)), int(rng.integers(1, 4))
+            frames = tuple(range(start, start + length))
+            if all(abs(f - b) >= gap for f in frames for b in busy):
+                break
+        else:  # pragma: no cover - the gap leaves room for every draw above
+            raise RuntimeError("could not place the real things")
+        busy += frames
+        out.append(Appearance(t, frames, float(rng.uniform(0.4, 0.6)), 0.5, 1.0))
+    return sorted(out, key=lambda a: a.frames[0])
+
+
 def make_hour_stream(video_id: str, n_frames: int, seed: int, library: FootageLibrary, period_s: float = PERIOD_S,
-                     size: tuple[int, int] = CAMERA_SIZE) -> HourStream:
-    """One stream: shots covering ``n_frames`` frames, three things and their appearances (module doc)."""
+                     size: tuple[int, int] = CAMERA_SIZE, real_things: tuple[str, ...] = ()) -> HourStream:
+    """One stream: shots covering ``n_frames`` frames, three things and their appearances, and each of the held-out
+    ``real_things`` (sources of ``tinyvlm/things_heldout.py``) glimpsed once (module doc)."""
     if n_frames < 100:
         raise ValueError(f"an hour stream needs at least 100 frames, got {n_frames}")
     rng = np.random.default_rng(seed)
     shots = _shots(n_frames, library, rng)
     things = _things(rng)
     appearances = _appearances(n_frames, things, rng)
-    return HourStream(video_id, n_frames, period_s, size, seed, tuple(shots), tuple(things), tuple(appearances), library)
+    real: list[RealThing] = []
+    if real_things:
+        from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS
+
+        by_source = {item.source: item for item in HELD_OUT_THINGS}
+        unknown = [s for s in real_things if s not in by_source]
+        if unknown:
+            raise ValueError(f"unknown real things {unknown}; known: {sorted(by_source)}")
+        real = [RealThing(by_source[s].truth[0], s) for s in real_things]
+    glimpses = _real_appearances(n_frames, len(real), appearances, seed) if real else []
+    return HourStream(video_id, n_frames, period_s, size, seed, tuple(shots), tuple(things), tuple(appearances), library,
+                      tuple(real), tuple(glimpses))
