@@ -8,7 +8,8 @@
 Streams: ``eval/hour_stream.py`` (real clips and photographs composed into moving and still
 stretches and revisits, five things shown once or a few times), questions ``eval/hour_questions.py``
 (halfway and at the end: colour, shape, number, order, after, count) and one ``~/locate`` query per
-thing (top 3 after the last frame). videokv-tiny (6 tokens a frame), float32 on the CPU.
+thing (top 3 after the last frame); with ``--real-things``, held-out real photographs glimpsed once each
+too, their ``~/locate`` in a column of its own. videokv-tiny (6 tokens a frame), float32 on the CPU.
 
 Rows (``bench/hour_rows.py``): the ceiling (the things' frames and 4 others only, full attention:
 what the model reads when nothing is far away), ``full`` where the model's positions hold the
