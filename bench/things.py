@@ -86,7 +86,14 @@ def names_truth(answer: str, truth: tuple[str, ...]) -> bool:
 
 
 def item_noun(item: HeldOutThing, table_nouns: set[str]) -> str:
+    """One of the item's truth nouns (the first the table has, else its first)."""
     return next((n for n in item.truth if n in table_nouns), item.truth[0])
+
+
+def frames_showing(items: list[HeldOutThing], ranges: dict[str, range], noun: str) -> set[int]:
+    """The frames of every pan whose item's truth names ``noun`` (the orange photograph and the fruit bowl both
+    show oranges): where a located moment of "the <noun>" is right."""
+    return set().union(*(ranges[it.source] for it in items if noun in it.truth))
 
 
 def encoder_top(adapter, block: NounBlock, frames: list[np.ndarray], k: int = 5) -> list[str]:
@@ -173,10 +180,7 @@ def run_locate(adapter, results: dict[str, ItemResult], n_frames: int, seed: int
             got = engine.locate(LocateQuery(f"the {r.noun}", top_k=3))
             spans = [range(m.stamp_ns // NS - 1, max(m.stamp_ns, m.last_stamp_ns) // NS) for m in got.moments]
             r.moments[label] = [s.start for s in spans]
-            # Right where a moment lies in a pan showing the noun: this item's, or another's whose truth names it
-            # (the orange photograph and the fruit bowl both show oranges).
-            shows = set().union(*(ranges[it.source] for it in items if r.noun in it.truth or it.source == item.source))
-            r.located[label] = any(set(s) & shows for s in spans)
+            r.located[label] = any(set(s) & frames_showing(items, ranges, r.noun) for s in spans)
             log(f"  [{label}] locate the {r.noun}: frames {ranges[item.source].start}-{ranges[item.source].stop - 1}, "
                 f"got {r.moments[label]}")
     engine.close()

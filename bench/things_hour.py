@@ -38,7 +38,7 @@ from bench import report
 from bench.hour_rows import default_config
 from bench.machine import describe
 from bench.report import log, run_table, table
-from bench.things import NS, item_noun, locate_stream
+from bench.things import NS, frames_showing, item_noun, locate_stream
 from videokv_node.memory import Frame, GenerationConfig, Question, VideoMemoryEngine
 from videokv_node.memory.locate import LocateQuery
 from videokv_node.models.nouns import article
@@ -53,6 +53,11 @@ TOP_K = 3
 PERIOD_S = 2.0  # the node's default sample_fps 0.5: the stamps of an hour
 # label -> the frames' words read (answer.locate_words, and memory.rekv.words 0.5 or 0)
 RANKINGS = {"node default (words)": True, "without words (ReKV's retrieval alone)": False}
+
+
+def _index(stamp_ns: int) -> int:
+    """The frame a stamp belongs to (frame i is stamped (i + 1) x PERIOD_S)."""
+    return round(stamp_ns / NS / PERIOD_S) - 1
 
 
 def run_stream(adapter, items, n_frames: int, glimpse: int, budget: float, seed: int) -> list[dict]:
@@ -76,16 +81,15 @@ def run_stream(adapter, items, n_frames: int, glimpse: int, budget: float, seed:
         engine.policy.config = engine.config  # a question-time choice of ReKV's (bench/hour_rows.py switch_row)
         for noun, yes in [(item_noun(it, nouns), True) for it in items] + [(n, False) for n in negatives]:
             answer = engine.ask(Question(f"Did you see {article(noun)}?", options=["yes", "no"]), option_scoring="likelihood")
-            glimpses = set().union(*(ranges[it.source] for it in items if noun in it.truth or item_noun(it, nouns) == noun))
-            seen = {round(e.stamp_ns / NS / PERIOD_S) - 1 for e in answer.evidence}
+            glimpses = frames_showing(items, ranges, noun)
+            seen = {_index(e.stamp_ns) for e in answer.evidence}
             out.append(dict(ranking=label, stream=seed, kind="question", noun=noun, yes=yes,
                             right=answer.option_index == (0 if yes else 1), found=bool(seen & glimpses) if yes else None))
         for item in items:
             noun = item_noun(item, nouns)
-            shows = set().union(*(ranges[it.source] for it in items if noun in it.truth or it.source == item.source))
+            shows = frames_showing(items, ranges, noun)
             got = engine.locate(LocateQuery(f"the {noun}", top_k=TOP_K))
-            spans = [range(round(m.stamp_ns / NS / PERIOD_S) - 1, round(max(m.stamp_ns, m.last_stamp_ns) / NS / PERIOD_S))
-                     for m in got.moments]
+            spans = [range(_index(m.stamp_ns), _index(max(m.stamp_ns, m.last_stamp_ns)) + 1) for m in got.moments]
             hits = [bool(set(s) & shows) for s in spans]
             first = spans[0].start if spans else -1
             out.append(dict(ranking=label, stream=seed, kind="locate", item=item.source, noun=noun, top1=bool(hits[:1] and hits[0]),

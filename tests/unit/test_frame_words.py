@@ -43,6 +43,15 @@ def worded(tiny_adapter, monkeypatch):
     return install
 
 
+def saved(adapter, frames: list[Frame], tmp_path):
+    """A rekv engine fed ``frames`` and saved: (the engine, its manifest's path, the manifest), to edit and load."""
+    e = engine(adapter, "rekv")
+    feed(e, frames)
+    save_snapshot(e, tmp_path / "snap")
+    path = tmp_path / "snap" / "manifest.json"
+    return e, path, json.loads(path.read_text())
+
+
 def expected_words(block, by_stamp: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
     out: list[str] = []
     for s in block.stamps_ns:
@@ -88,11 +97,7 @@ def test_a_snapshot_without_words_loads_with_none(tiny_adapter, worded, tmp_path
     """A snapshot written before words were kept has no ``words`` entries: its blocks load with none."""
     frames = scene_frames(5, 3, 3)
     worded(frames)
-    a = engine(tiny_adapter, "rekv")
-    feed(a, frames)
-    save_snapshot(a, tmp_path / "snap")
-    path = tmp_path / "snap" / "manifest.json"
-    m = json.loads(path.read_text())
+    a, path, m = saved(tiny_adapter, frames, tmp_path)
     assert any("words" in entry for entry in m["blocks"])
     for entry in m["blocks"]:
         entry.pop("words", None)
@@ -237,11 +242,7 @@ def test_with_named_puts_the_named_moments_first_and_keeps_the_first_rankings_bl
 def test_a_snapshot_with_malformed_words_is_refused_and_changes_nothing(tiny_adapter, worded, tmp_path, bad):
     frames = scene_frames(4, 8, 3)
     worded(frames)
-    a = engine(tiny_adapter, "rekv")
-    feed(a, frames)
-    save_snapshot(a, tmp_path / "snap")
-    path = tmp_path / "snap" / "manifest.json"
-    m = json.loads(path.read_text())
+    _, path, m = saved(tiny_adapter, frames, tmp_path)
     next(entry for entry in m["blocks"] if "words" in entry)["words"] = bad
     path.write_text(json.dumps(m))
     b = engine(tiny_adapter, "rekv")

@@ -280,13 +280,9 @@ def make_hour_stream(video_id: str, n_frames: int, seed: int, library: FootageLi
     appearances = _appearances(n_frames, things, rng)
     real: list[RealThing] = []
     if real_things:
-        from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS
+        from videokv_node.tinyvlm.things_heldout import held_out_items
 
-        by_source = {item.source: item for item in HELD_OUT_THINGS}
-        unknown = [s for s in real_things if s not in by_source]
-        if unknown:
-            raise ValueError(f"unknown real things {unknown}; known: {sorted(by_source)}")
-        real = [RealThing(by_source[s].truth[0], s) for s in real_things]
+        real = [RealThing(item.truth[0], item.source) for item in held_out_items(real_things, "real things")]
     glimpses = _real_appearances(n_frames, len(real), appearances, seed) if real else []
     return HourStream(video_id, n_frames, period_s, size, seed, tuple(shots), tuple(things), tuple(appearances), library,
                       tuple(real), tuple(glimpses))

@@ -273,7 +273,9 @@ class AnsweringMixin:
         shortlist = max(query.top_k, answer.locate_rerank)
         moments = rank_moments(blocks, values, shortlist, sources := {})
         if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/locate.py)
-            if answer.locate_words and (named := words_shortlist(candidates, subject_of(query.text), shortlist)):
+            subject = subject_of(query.text)
+            ids = self.store.words.named(subject) if answer.locate_words else {}  # the store's word index
+            if ids and (named := words_shortlist([b for b in candidates if b.block_id in ids], subject, shortlist)):
                 moments, method = with_named(moments, sources, named), method + "+words"  # blocks whose words name the thing
             moments = rerank_by_likelihood(moments, sources, lambda bs: self.read_alone(bs, query.text), query.top_k)
             method += "+likelihood"

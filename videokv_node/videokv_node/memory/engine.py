@@ -80,7 +80,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
         # Poses and words of frames by (camera, stamp), read when a block is made or stored (engine_state.py).
         self._frame_poses: dict[tuple[str, int], Pose] = {}
         self._frame_words: dict[tuple[str, int], tuple[str, ...]] = {}
-        self._poses_pruned_at = -1  # store.evicted_blocks when the pose table was last pruned
+        self._tables_pruned_at = -1  # store.evicted_blocks when the frame tables were last pruned
         self.last_logits: torch.Tensor | None = None
         # What the policy may ask of the engine (memory/policies/host.py): never the engine itself.
         self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe, self.read_alone)
@@ -173,7 +173,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
             for _ in chunk:  # the chunk's time shared by its frames
                 self._ingest_ms.add(vision_ms + elapsed_s(t1, self.adapter.device) * 1e3 / len(chunk))
         self._note_still(blocks)
-        self._prune_poses()
+        self._prune_frame_tables()
         self._stats = self._snapshot()
         return blocks
 

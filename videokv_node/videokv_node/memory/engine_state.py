@@ -25,7 +25,7 @@ class EngineStateMixin:
     The frame tables, by (camera, stamp): ``_frame_poses`` (from ``Frame.pose`` at ingest) and ``_frame_words``
     (``VideoLLMAdapter.frame_words`` of the encoded frame). Read when a block is made or stored (a policy may
     build a block from frames received earlier: StreamKV's segments, MuKV's), pruned after evictions to the
-    frames still in memory or waiting (``_prune_poses``). Blocks keep their own copy (``FrameBlock.poses``,
+    frames still in memory or waiting (``_prune_frame_tables``). Blocks keep their own copy (``FrameBlock.poses``,
     ``words``): the evidence, ``~/locate`` and snapshots read that."""
 
     @property
@@ -52,16 +52,16 @@ class EngineStateMixin:
         """The words of the frames ``block`` stands for (``FrameBlock.words``): each once, in stamp order."""
         return tuple(dict.fromkeys(w for s in block.stamps_ns for w in self._frame_words.get((block.camera, s), ())))
 
-    def _prune_poses(self) -> None:
+    def _prune_frame_tables(self) -> None:
         """Forget the poses and words of frames neither pending nor cited by a block in memory (evicted ones).
 
         A received frame is pending, cited by a block or newer than every block's frames (waiting
         in a policy's state), and only leaves memory by an eviction (counted), so the table is
         scanned only after evictions: O(blocks) then, O(1) otherwise.
         """
-        if not (self._frame_poses or self._frame_words) or self.store.evicted_blocks == self._poses_pruned_at:
+        if not (self._frame_poses or self._frame_words) or self.store.evicted_blocks == self._tables_pruned_at:
             return
-        self._poses_pruned_at = self.store.evicted_blocks
+        self._tables_pruned_at = self.store.evicted_blocks
         live = {(u.camera, s) for u in self.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
         newest: dict[str, int] = {}  # per camera, the newest stamp a block cites
         with self._lock:
@@ -159,8 +159,8 @@ class EngineStateMixin:
             # A one-frame block's words are its frame's (a policy may build a summary of frames stored already).
             self._frame_words = {(b.camera, b.stamp_ns): b.words for b in blocks if b.words and len(b.stamps_ns) == 1}
             self._frame_words.update(pending_words)
-            self._poses_pruned_at = -1  # the restore may have evicted: scan once
-            self._prune_poses()
+            self._tables_pruned_at = -1  # the restore may have evicted: scan once
+            self._prune_frame_tables()
         except BaseException:
             with self._lock:
                 self.store.clear()

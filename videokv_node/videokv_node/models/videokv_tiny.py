@@ -297,7 +297,8 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
     @torch.inference_mode()
     def frame_nouns(self, frames: list[np.ndarray]) -> list[list[tuple[str, float]]]:
         """Per RGB frame, the nouns its block writes with their summed class probabilities, most probable first
-        (empty without a noun block, or where no noun reaches the threshold). For ``~/locate`` and logs."""
+        (empty without a noun block, or where no noun reaches the threshold): a second encoder pass, for benches and
+        logs; the memory reads the written nouns back from the frame's tokens (``frame_words``)."""
         if self.nouns is None:
             return [[] for _ in frames]
         index, probs = self.nouns.top(self.encoder(self.preprocess(frames)))

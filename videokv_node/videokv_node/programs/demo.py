@@ -184,9 +184,9 @@ def run_things(client: MemoryClient, topic: str, fps: float, sample_fps: float, 
     multiple choice over the four nouns), and ~/locate one of them with its poses. Skipped, not failed, where the
     photographs are not installed."""
     from videokv_node.models.nouns import article
-    from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS, PAN_FRAMES, thing_frames
+    from videokv_node.tinyvlm.things_heldout import PAN_FRAMES, held_out_items, thing_frames
 
-    items = [next(i for i in HELD_OUT_THINGS if i.source == s) for s in DEMO_THINGS]
+    items = held_out_items(DEMO_THINGS)
     try:
         for item in items:
             thing_frames(item, n=1)

@@ -78,13 +78,9 @@ def compressed_msg(rgb, stamp_ns: int, frame_id: str = "camera") -> CompressedIm
 def things_stream(sources: list[str], fps: float, start_ns: int) -> list[tuple[int, object]]:
     """Real things as a camera pans over them, one after another (``tinyvlm/things_heldout.py``'s items by
     source, ``thing_frames`` each), stamped 1/fps apart from ``start_ns``."""
-    from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS, thing_frames
+    from videokv_node.tinyvlm.things_heldout import held_out_items, thing_frames
 
-    by_source = {item.source: item for item in HELD_OUT_THINGS}
-    unknown = [s for s in sources if s not in by_source]
-    if unknown:
-        raise ValueError(f"unknown things {unknown}; known: {sorted(by_source)}")
-    frames = [rgb for s in sources for rgb in thing_frames(by_source[s])]
+    frames = [rgb for item in held_out_items(sources) for rgb in thing_frames(item)]
     return [(start_ns + round(i * 1e9 / fps), rgb) for i, rgb in enumerate(frames)]
 
 

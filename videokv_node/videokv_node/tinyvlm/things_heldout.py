@@ -47,6 +47,18 @@ HELD_OUT_THINGS = (
     HeldOutThing("clip:bigbuckbunny.mp4", ("rabbit", "bunny"), "a cartoon rabbit in a meadow"),
 )
 
+
+
+def held_out_items(sources: list[str] | tuple[str, ...], what: str = "things") -> list[HeldOutThing]:
+    """The held-out items of ``sources``, in that order; ValueError naming the unknown ones (as ``what``) and the
+    known sources."""
+    by_source = {item.source: item for item in HELD_OUT_THINGS}
+    unknown = [s for s in sources if s not in by_source]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; known: {sorted(by_source)}")
+    return [by_source[s] for s in sources]
+
+
 PAN_FRAMES = 8  # frames of a held-out item's slow pan
 PAN_SIZE = (320, 240)  # (width, height) of a pan's frames, a small camera's
 

@@ -84,6 +84,7 @@ from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
 from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
 from videokv_node.memory.context.selection import InPass, Selection, Static
+from videokv_node.memory.words import words_shortlist
 from videokv_node.memory.scoring.top_k import top_k_stable
 
 
@@ -125,16 +126,16 @@ class ReKVPolicy(MemoryPolicy):
 
     def _named(self, host: PolicyHost, pool: Candidates, question: str) -> list[FrameBlock]:
         """At most ``memory.rekv.words`` x ``retrieve_frames`` (rounded up) of ``pool`` whose words the question
-        names (``BlockStore.words``), those whose named word is their frame's most certain first, then the newest."""
+        names, found by the store's word index (``BlockStore.words``) and ordered as ``~/locate`` orders them
+        (``memory/words.py`` ``words_shortlist``)."""
         limit = math.ceil(self.config.rekv.words * self.config.retrieve_frames)
-        ranks = host.store.words.named(question) if limit and pool.count and len(host.store.words) else {}
-        if not ranks:
+        named = host.store.words.named(question) if limit and pool.count and len(host.store.words) else {}
+        if not named:
             return []
         index = host.store.index
-        slots = torch.tensor([index.slot_of[i] for i in ranks], device=pool.mask.device)
-        blocks = [b for b, inside in zip(index.blocks_of(slots), pool.mask[slots].tolist()) if inside]
-        blocks.sort(key=lambda b: (ranks[b.block_id], -b.stamp_ns, b.block_id))
-        return blocks[:limit]
+        slots = torch.tensor([index.slot_of[i] for i in named], device=pool.mask.device)
+        inside = [b for b, keep in zip(index.blocks_of(slots), pool.mask[slots].tolist()) if keep]
+        return words_shortlist(inside, question, limit)
 
     @staticmethod
     def _reread(host: PolicyHost, shortlist: list[FrameBlock], question: str, k: int) -> list[FrameBlock]:
