@@ -8,8 +8,8 @@
 Streams: ``eval/hour_stream.py`` (real clips and photographs composed into moving and still
 stretches and revisits, five things shown once or a few times), questions ``eval/hour_questions.py``
 (halfway and at the end: colour, shape, number, order, after, count) and one ``~/locate`` query per
-thing (top 3 after the last frame); with ``--real-things``, held-out real photographs glimpsed once each
-too, their ``~/locate`` in a column of its own. videokv-tiny (6 tokens a frame), float32 on the CPU.
+thing (top 3 after the last frame); and held-out real photographs glimpsed once each (``--real-things``,
+by default ``HOUR_REAL_THINGS``), their ``~/locate`` in a column of its own. videokv-tiny (6 tokens a frame), float32 on the CPU.
 
 Rows (``bench/hour_rows.py``): the ceiling (the things' frames and 4 others only, full attention:
 what the model reads when nothing is far away), ``full`` where the model's positions hold the
@@ -46,7 +46,7 @@ from bench.machine import describe
 from bench.report import log
 from videokv_node.eval.footage import FootageLibrary
 from videokv_node.eval.hour_questions import hour_questions, locate_truths
-from videokv_node.eval.hour_stream import make_hour_stream
+from videokv_node.eval.hour_stream import default_real_things, make_hour_stream
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.locate import LocateQuery
 
@@ -185,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="robot")
     parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, full, recency, default")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
-    parser.add_argument("--real-things", default="", help="comma-separated held-out real photographs glimpsed once each "
-                        "(tinyvlm/things_heldout.py sources, e.g. opencv:chicky_512.png); their ~/locate in its own column")
+    parser.add_argument("--real-things", help="comma-separated held-out real photographs "
+                        "glimpsed once each (tinyvlm/things_heldout.py sources; default: eval/hour_stream.py HOUR_REAL_THINGS "
+                        "where opencv-doc's photographs are unpacked; '' for none); their ~/locate in its own column")
     parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     args = parser.parse_args(argv)
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     presets = tuple(p for p in args.presets.split(",") if p)
     without = frozenset(w for w in args.without.split(",") if w)
-    real = tuple(r for r in args.real_things.split(",") if r)
+    real = default_real_things() if args.real_things is None else tuple(r for r in args.real_things.split(",") if r)
     if not set(policies) <= set(POLICIES + HOUR_POLICIES) or not all(0 < b < 1 for b in budgets):
         parser.error(f"--policies must be a subset of {POLICIES + HOUR_POLICIES} and --budgets shares in (0, 1)")
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         results[n] = (rows, skipped)
     info = dict(machine=machine, command=command, niceness=os.nice(0), wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg(), model=args.model, streams=args.streams, seed=args.seed,
-                library=library.names, threads=THREADS)
+                library=library.names, threads=THREADS, real=", ".join(real))
     section = render(results, info)
     if args.details:
         with open(args.details, "w") as f:

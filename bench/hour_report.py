@@ -72,7 +72,8 @@ def render(results: dict[int, tuple[list[Row], list[Row]]], info: dict) -> str:
     mc = info["machine"]
     command = f"`{info['command']}` (niceness {info['niceness']}, seeds from {info['seed']})"
     header = run_table(mc, info["threads"], command, info["wall_s"], info["load_end"]) + "\n" + "\n".join(
-        f"| {k} | {v} |" for k, v in (("model", f"{info['model']}, float32"), ("footage", info["library"])))
+        f"| {k} | {v} |" for k, v in (("model", f"{info['model']}, float32"), ("footage", info["library"]),
+                              ("real things glimpsed once", info.get("real") or "none")))
     parts = []
     for n, (rows, skipped) in results.items():
         hours = n * 2.0 / 3600
@@ -96,8 +97,8 @@ streams `eval/hour_stream.py`, questions `eval/hour_questions.py`.
 {info['streams']} streams per length; every question multiple choice, scored by likelihood (the node's default);
 halfway questions are asked after the middle frame, about what was seen by then. "Needles found": every
 appearance a question rests on had a frame attended in some layer. `~/locate`: one query per thing after
-the last frame, top 3; a hit returns a frame that shows it; the error is the latest returned frame against
-its last appearance. Ingest per frame excludes the vision encoder (encoded once per frame and cached by
+the last frame, top 3; a hit returns a frame that shows it (a real thing: its glimpse, or a frame of the footage
+over the same photograph); the error is the latest returned frame against its last appearance. Ingest per frame excludes the vision encoder (encoded once per frame and cached by
 content for all rows). Bytes: median over streams at the end.
 
 {body}

@@ -150,16 +150,38 @@ def test_names_are_whole_words_singular_or_plural(subject, word, said):
     assert names(subject, word) is said
 
 
-def test_words_shortlist_most_certain_word_first_then_newest():
-    def block(i, stamp, words):
-        return type("B", (), {"block_id": i, "stamp_ns": stamp, "words": words})()
+def fake_block(i: int, stamp_s: float, words: tuple[str, ...], camera: str = "/cam", span_end_s: float = 0.0):
+    """What ``words_shortlist`` reads of a FrameBlock."""
+    stamp = round(stamp_s * 1e9)
+    return type("B", (), {"block_id": i, "stamp_ns": stamp, "stamps_ns": (stamp,), "camera": camera,
+                          "span_end_ns": round(span_end_s * 1e9), "words": words})()
 
-    blocks = [block(1, 10, ("dog",)), block(2, 20, ("cat", "dog")), block(3, 30, ("dog", "cat")),
-              block(4, 40, ("cat",)), block(5, 50, ())]
+
+def test_words_shortlist_most_certain_word_first_then_newest():
+    """One sighting (frames seconds apart): the most certain word first, then the newest."""
+    blocks = [fake_block(1, 10, ("dog",)), fake_block(2, 12, ("cat", "dog")), fake_block(3, 14, ("dog", "cat")),
+              fake_block(4, 16, ("cat",)), fake_block(5, 18, ())]
     assert [b.block_id for b in words_shortlist(blocks, "the dog", 5)] == [3, 1, 2]
     assert [b.block_id for b in words_shortlist(blocks, "the dog", 2)] == [3, 1]
     assert [b.block_id for b in words_shortlist(blocks, "the cats", 5)] == [4, 2, 3]
     assert words_shortlist(blocks, "the car", 5) == []
+
+
+def test_words_shortlist_reads_every_sighting_before_a_second_frame_of_one():
+    """A glimpse long ago is not hidden by many newer frames of one later sighting: the shortlist takes the best
+    frame of each sighting first (by hand: sightings more than 30 s apart, per camera; a still span's end
+    counts as seen)."""
+    glimpse = fake_block(1, 100, ("car",))
+    later = [fake_block(10 + k, 1000 + 2 * k, ("car",)) for k in range(20)]  # 40 s of one sighting
+    other_camera = fake_block(40, 1010, ("car",), camera="/rear")
+    still = fake_block(50, 2000, ("truck", "car"), span_end_s=2100)  # a still span to 2100 s
+    after_still = fake_block(51, 2120, ("car",))  # 20 s after the span's end: the same sighting
+    blocks = [glimpse, *later, other_camera, still, after_still]
+    got = [b.block_id for b in words_shortlist(blocks, "the car", 6)]
+    # sightings, best block first: [51 (rank 0, 2120 s), 50], [29 (newest of later), 28, ...], [40], [1]
+    assert got == [51, 29, 40, 1, 50, 28]
+    assert [b.block_id for b in words_shortlist(blocks, "the car", 3)] == [51, 29, 40]
+    assert [b.block_id for b in words_shortlist(blocks, "the truck", 6)] == [50]
 
 
 def test_synonym_groups_do_not_overlap():

@@ -166,3 +166,20 @@ def test_real_things_are_glimpsed_once_and_change_nothing_else(library, stream):
         tuple(a.frames for a in real.real_appearances if a.thing == k) for k in range(3)]
     with pytest.raises(ValueError, match="unknown real things"):
         make_hour_stream("h", N, 3, library, real_things=("opencv:nothing.jpg",))
+
+
+def test_a_real_things_locate_truth_holds_the_footage_that_shows_its_photograph():
+    """A held-out photograph the footage also pans over (opencv-doc's squirrel) is shown by those shots' frames
+    as much as by its glimpse: its ``~/locate`` truth holds both (re-derived from the shots here)."""
+    from videokv_node.eval.footage import opencv_data_dir
+
+    if opencv_data_dir() is None:
+        pytest.skip("opencv-doc's photographs not unpacked (scripts/setup_footage.sh)")
+    library = FootageLibrary.load()
+    real = make_hour_stream("h", N, 0, library, real_things=("opencv:squirrel_cls.jpg", "opencv:chicky_512.png"))
+    pans = [tuple(range(s.start, s.start + s.length)) for s in real.shots if s.source == "squirrel_cls.jpg"]
+    assert pans, "seed 0's footage shows squirrel_cls.jpg (the case under test)"
+    squirrel, dog = locate_truths(real)[len(real.things):]
+    glimpse = [a.frames for a in real.real_appearances if a.thing == 0]
+    assert set(squirrel.appearances) == set(glimpse + pans) and list(squirrel.appearances) == sorted(squirrel.appearances)
+    assert dog.appearances == tuple(a.frames for a in real.real_appearances if a.thing == 1)  # not in the footage

@@ -12,7 +12,8 @@ frame (every kind). Kinds (``KINDS``):
 - ``count``: "How many times did you see X?" (once, twice, three times, four times; 1/4), X shown 1-3 times.
 
 And per thing seen, a ``~/locate`` query ("the red circle") whose truth is its appearances; "when
-did you last see X" is the latest of them (``LocateTruth``).
+did you last see X" is the latest of them (``LocateTruth``). A real thing's (``real_things``) is its glimpse and
+any shot of the footage over the same photograph.
 
 The wordings are past tense and name things as a planner would; videokv-tiny's training asks in
 the present about one picture (tinyvlm/variety.py ``WORDINGS``), so none of these is a training
@@ -124,8 +125,16 @@ def hour_questions(stream: HourStream, seed: int = 0) -> list[HourQuestion]:
 
 
 def locate_truths(stream: HourStream) -> list[LocateTruth]:
-    """One ``~/locate`` query per thing, asked after the last frame: the shapes', then the real things' (if any)."""
+    """One ``~/locate`` query per thing, asked after the last frame: the shapes', then the real things' (if any).
+    A real thing's truth is its glimpse and every shot over the same photograph (the footage may pan over a
+    held-out photograph too: a frame of that pan shows the thing as well as the glimpse does)."""
     shapes = [LocateTruth(thing.subject, stream.n_frames - 1, tuple(a.frames for a in stream.appearances_of(t)))
               for t, thing in enumerate(stream.things)]
-    return shapes + [LocateTruth(thing.subject, stream.n_frames - 1, tuple(a.frames for a in stream.real_appearances if a.thing == t))
-                     for t, thing in enumerate(stream.real_things)]
+    real = []
+    for t, thing in enumerate(stream.real_things):
+        photo = thing.source.partition(":")[2]
+        shown = [a.frames for a in stream.real_appearances if a.thing == t]
+        shown += [tuple(range(s.start, s.start + s.length)) for s in stream.shots
+                  if s.source == photo and s.source in stream.library.photos]
+        real.append(LocateTruth(thing.subject, stream.n_frames - 1, tuple(sorted(shown))))
+    return shapes + real

@@ -48,6 +48,17 @@ MOVING_FRAMES = (15, 90)  # half a minute to 3 minutes
 NOISE_SIGMA = (1.5, 4.0)  # sensor noise, grey levels
 REVISIT_SHARE = 0.25  # share of shots (after the first few) that return to an earlier place
 THING_SIDE = (0.50, 0.70)  # a shape's side as a share of the frame's height (module doc)
+# The benches' real things (``bench.hour``, ``bench.hour_ros``): held-out photographs of five things videokv-tiny v5
+# names (docs/bench/things.md); one (the squirrel) is also a photograph of the footage, so its pans show it too.
+HOUR_REAL_THINGS = ("opencv:apple.jpg", "opencv:butterfly.jpg", "opencv:squirrel_cls.jpg", "opencv:chicky_512.png",
+                    "opencv:licenseplate_motion.jpg")
+
+
+def default_real_things() -> tuple[str, ...]:
+    """``HOUR_REAL_THINGS`` where opencv-doc's photographs are unpacked (scripts/setup_footage.sh), else none."""
+    from videokv_node.eval.footage import opencv_data_dir
+
+    return HOUR_REAL_THINGS if opencv_data_dir() is not None else ()
 
 
 @dataclass(frozen=True, slots=True)

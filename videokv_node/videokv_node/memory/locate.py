@@ -55,7 +55,7 @@ words name the query's thing (below).
 nouns, ``VideoLLMAdapter.frame_words``) has them kept with the frame's block (``FrameBlock.words``). With
 re-ranking on, the blocks whose words name the query's subject (``memory/words.py``: a word as whole
 words of the subject, singular or plural, or a common synonym) join the shortlist, at most max(N, top_k),
-those whose matching word is the frame's most certain first, then the newest (``words_shortlist``); the method is then
+one sighting at a time, the frame's most certain word first, then the newest (``words_shortlist``); the method is then
 ``<first>+words+likelihood``. Why: on real things ReKV's mean key shortlisted the same frames for every
 query (docs/notes/2026-11-27-issue34-real-things.md), while the frame's own nouns say where the thing was; the
 likelihood re-ranking still orders the union, so a wrong noun costs a re-read, not a wrong first answer

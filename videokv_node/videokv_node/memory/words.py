@@ -3,7 +3,9 @@
 A model may write words into a frame's block (videokv-tiny v5: the encoder's classifier's nouns, from a
 table of 589 plain nouns, ``models/weights/videokv-tiny/nouns.tsv``); the memory keeps them with the block
 (``FrameBlock.words``). ``words_shortlist`` finds the blocks whose words a query names, for
-``memory/locate.py``'s likelihood re-ranking to read.
+``memory/locate.py``'s likelihood re-ranking to read (and ``rekv``'s questions), one sighting at a time
+(``sightings``: a thing out of view for more than ``SIGHTING_GAP_S`` is seen again), so that frames of one
+moment do not crowd out another moment.
 
 A word is named when its whole words stand in a row in the query's subject, each maybe plural by an -s,
 -es or -ies ending ("the dogs" names "dog", "the toolbox" does not name "box"), or when a word of its synonym
@@ -49,6 +51,9 @@ SYNONYMS: tuple[frozenset[str], ...] = tuple(frozenset(g) for g in (
 ))
 _GROUP_OF = {w: g for g in SYNONYMS for w in g}
 _WORD = re.compile(r"[a-z]+")
+# A thing out of view this long (15 sampled frames at the default sample_fps 0.5) is seen again in a new sighting
+# (``sightings``); ours, not from a seed.
+SIGHTING_GAP_S = 30.0
 
 
 def _plurals(word: str) -> tuple[str, ...]:
@@ -75,14 +80,46 @@ def names(subject: str, word: str) -> bool:
     return any(_said(said, w) for w in _GROUP_OF.get(word, (word,)))
 
 
+def sightings(blocks: Sequence["FrameBlock"], gap_s: float = SIGHTING_GAP_S) -> list[list["FrameBlock"]]:
+    """``blocks`` (each a frame's or a still span's) grouped into sightings: per camera in time order, a new
+    sighting where more than ``gap_s`` seconds pass from one block's last frame (a still span's end) to the
+    next block's first. Sightings in order of their first frame, blocks in time order."""
+    out: list[list["FrameBlock"]] = []
+    by_camera: dict[str, list["FrameBlock"]] = {}
+    for block in sorted(blocks, key=lambda b: (b.stamp_ns, b.block_id)):
+        by_camera.setdefault(block.camera, []).append(block)
+    gap_ns = round(gap_s * 1e9)
+    for run in by_camera.values():
+        end = None
+        for block in run:
+            if end is None or block.stamp_ns - end > gap_ns:
+                out.append([])
+            out[-1].append(block)
+            end = max(end or 0, max(block.stamps_ns), block.span_end_ns)
+    return sorted(out, key=lambda s: (s[0].stamp_ns, s[0].block_id))
+
+
 def words_shortlist(blocks: Sequence["FrameBlock"], subject: str, limit: int) -> list["FrameBlock"]:
-    """At most ``limit`` of ``blocks`` whose words ``subject`` names: those whose first named word comes earlier
-    in their words first (a frame's most certain word comes first), then the newest. Empty where no block has
-    words or none is named."""
-    found = []
+    """At most ``limit`` of ``blocks`` whose words ``subject`` names, one sighting at a time (``sightings``): first
+    the best block of every sighting, then the second best of each, and so on; the sightings in the order of
+    their best blocks. A block is better whose first named word comes earlier in its words (a frame's most
+    certain word comes first), then the newer. Empty where no block has words or none is named.
+
+    Why by sighting: a thing the cameras show often (footage with many frames the classifier calls "car") would
+    otherwise fill the shortlist with its newest frames of one moment and hide a glimpse seen earlier, and a
+    planner asking where something was wants its distinct moments, not the frames of one."""
+    rank_of = {}
     for block in blocks:
         rank = next((i for i, w in enumerate(block.words) if names(subject, w)), None)
         if rank is not None:
-            found.append((rank, -block.stamp_ns, block.block_id, block))
-    found.sort(key=lambda f: f[:3])
-    return [f[3] for f in found[:limit]]
+            rank_of[block.block_id] = rank
+
+    def key(b: "FrameBlock") -> tuple[int, int, int]:
+        return (rank_of[b.block_id], -b.stamp_ns, b.block_id)
+
+    groups = [sorted(s, key=key) for s in sightings([b for b in blocks if b.block_id in rank_of])]
+    groups.sort(key=lambda g: key(g[0]))
+    out: list["FrameBlock"] = []
+    for depth in range(max(map(len, groups), default=0)):
+        out += [g[depth] for g in groups if depth < len(g)]
+    return out[:limit]
