@@ -22,9 +22,11 @@
 #   make bench-options  videokv-tiny's multiple choice with options worded as planners word them, under the
 #                       node's default memory, objects drawn by OpenCV (about 7 minutes)
 #   make bench-hour     a robot's hour: every policy on 1,800-frame streams of real footage (clips and photographs
-#                       composed into moving and still stretches and revisits), accuracy by question kind, needle
-#                       recall, ~/locate, TTFT, ingest and bytes (robot preset: about 1 h on 2 CPU cores;
-#                       HOUR_FRAMES=600,3600 PRESETS=paper for the other cells; docs/bench/hour.md)
+#                       composed into moving and still stretches and revisits, shapes and real things glimpsed),
+#                       accuracy by question kind, needle recall, ~/locate, TTFT, ingest and bytes; in parts, each
+#                       its own section of docs/bench/hour.md: the goal's cell (robot preset, 2%: about 1 h on 2
+#                       CPU cores), HOUR_BUDGETS=0.01,0.05 HOUR_SPAN=budgets, PRESETS=paper HOUR_SPAN=paper,
+#                       HOUR_FRAMES=600,3600 HOUR_SPAN=lengths HOUR_ARGS="--policies '' --streams 2"
 #   make bench-hour-ros one hour stream through the node over DDS (~/ask, ~/locate), beside the engine's row
 #   make bench-things   videokv-tiny on held-out real pictures and clips: choice, open answer, ~/locate in 600 frames
 #                       of real footage, beside the encoder's own top-1/top-5; then each glimpsed once in two
@@ -114,10 +116,13 @@ bench-scaling: build
 HOUR_FRAMES ?= 1800
 PRESETS ?= robot
 HOUR_WORKERS ?= 2
+HOUR_BUDGETS ?= 0.02
+HOUR_SPAN ?= main
+HOUR_ARGS ?=
 HOUR_ROS_FRAMES ?= 1800
 bench-hour: build
 	scripts/setup_footage.sh
-	. ./env.sh && nice -n 10 python -m bench.hour --frames $(HOUR_FRAMES) --presets $(PRESETS) --workers $(HOUR_WORKERS)
+	. ./env.sh && nice -n 10 python -m bench.hour --frames $(HOUR_FRAMES) --presets $(PRESETS) --budgets $(HOUR_BUDGETS) --workers $(HOUR_WORKERS) --span $(HOUR_SPAN) $(HOUR_ARGS)
 
 bench-hour-ros: build
 	scripts/setup_footage.sh

@@ -1,9 +1,10 @@
 """A robot's hour: every memory policy on hour streams of real footage (issue 32).
 
     python -m bench.hour                                   # 1,800 frames, robot preset, 1/2/5%, 4 streams
-    python -m bench.hour --frames 600,3600 --presets paper # other lengths, the papers' settings
+    python -m bench.hour --frames 600,3600 --span lengths  # other lengths, their own section of hour.md
     python -m bench.hour --budgets 0.02 --out -            # the goal's cell only, printed
-    make bench-hour                                        # the robot preset's rows at 1,800 frames
+    make bench-hour                                        # the goal's cell: robot preset, 2%, 1,800 frames
+                                                           # (the Makefile's help names the other parts)
 
 Streams: ``eval/hour_stream.py`` (real clips and photographs composed into moving and still
 stretches and revisits, five things shown once or a few times), questions ``eval/hour_questions.py``
@@ -39,7 +40,7 @@ import torch
 
 from bench import report
 from bench.accuracy import POLICIES, load_model
-from bench.hour_report import DOC, MARKERS, render
+from bench.hour_report import DOC, SPANS, render, span_markers
 from bench.hour_rows import HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, row_config, switch_row
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
@@ -190,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                         "where opencv-doc's photographs are unpacked; '' for none); their ~/locate in its own column")
     parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
+    parser.add_argument("--span", choices=tuple(SPANS), default="main", help="which generated span of --out this part of "
+                        "the grid writes: " + "; ".join(f"{k}: {v}" for k, v in SPANS.items()))
     args = parser.parse_args(argv)
     budgets = tuple(float(b) for b in args.budgets.split(","))
     policies = tuple(p for p in args.policies.split(",") if p)
@@ -234,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows:
                     for d in r.details:
                         f.write(json.dumps(dict(frames=n, **d)) + "\n")
-    report.publish(section, args.out, REPO, *MARKERS)
+    report.publish(section, args.out, REPO, *span_markers(args.span))
     return 0
 
 

@@ -190,6 +190,18 @@ def run(args) -> dict:
         os.environ.update(saved)
 
 
+def _trend(points: list[tuple[float, int]]) -> str:
+    """The least-squares slope of RSS over time, MiB a minute and as a share of the mean per minute: one sample's
+    phase in the heap trims' cycle (``runtime/heap_trim.py``) moves an end-to-middle difference by +-10%."""
+    if len(points) < 3:
+        return "-"
+    t0 = points[0][0]
+    xs, ys = [t - t0 for t, _ in points], [r / 2**20 for _, r in points]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / max(1e-9, sum((x - mx) ** 2 for x in xs))  # MiB/s
+    return f"{60 * slope:+.1f} MiB/min ({100 * 60 * slope / my:+.2f}% of the mean a minute, {len(points)} samples)"
+
+
 def _lat(values: list[float]) -> str:
     if not values:
         return "-"
@@ -255,6 +267,7 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
             mb(min(s, key=lambda x, q=q: abs(x[0] - (start + q * (end - start))))[2]) for q in (0, 0.25, 0.5, 0.75, 1))],
         ["RSS growth over the second half", f"{100 * (s[-1][2] - mid_rss) / mid_rss:+.1f}% "
          f"(mean first half {mb(statistics.mean(first or [0]))}, second half {mb(statistics.mean(second or [0]))})"],
+        ["RSS trend over the second half (least squares)", _trend([(x[0], x[2]) for x in s if x[0] >= mid_t])],
         ["ingest per frame p50 / p95 (memory_stats, last 100 frames)", f"{f.ingest_ms_p50:.0f} / {f.ingest_ms_p95:.0f} ms"],
         ["memory's KV bytes (resident + host arena) middle / end", f"{mb(kv(res['mid']))} / {mb(kv(f))}"],
         ["node still running at the end", "yes" if res["alive"] else "NO"],

@@ -12,6 +12,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.unit.helpers import scene as scene_frames
 from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
@@ -182,6 +184,34 @@ def test_words_shortlist_reads_every_sighting_before_a_second_frame_of_one():
     assert got == [51, 29, 40, 1, 50, 28]
     assert [b.block_id for b in words_shortlist(blocks, "the car", 3)] == [51, 29, 40]
     assert [b.block_id for b in words_shortlist(blocks, "the truck", 6)] == [50]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 600), st.sampled_from(["/a", "/b"]), st.integers(0, 2)), max_size=30),
+       st.integers(1, 12))
+def test_words_shortlist_covers_each_sighting_once_before_any_twice(frames, limit):
+    """For any frames: the shortlist is the named blocks, each once, at most ``limit``; its first entries are one
+    block of each sighting (re-derived here: a camera's named frames split where more than 30 s pass), the best
+    of it (most certain word, then newest); a sighting gets a second block only once every sighting has one."""
+    vocab = [("dog",), ("cat", "dog"), ("cat",)]
+    blocks = [fake_block(i, stamp, vocab[w], camera) for i, (stamp, camera, w) in enumerate(frames)]
+    named = [b for b in blocks if "dog" in b.words]
+    got = words_shortlist(blocks, "the dog", limit)
+    assert len(got) == min(limit, len(named)) and len({b.block_id for b in got}) == len(got)
+    assert all("dog" in b.words for b in got)
+    groups: list[list] = []
+    for camera in ("/a", "/b"):
+        run = sorted((b for b in named if b.camera == camera), key=lambda b: (b.stamp_ns, b.block_id))
+        for k, b in enumerate(run):
+            if k == 0 or b.stamp_ns - run[k - 1].stamp_ns > 30e9:
+                groups.append([])
+            groups[-1].append(b)
+    group_of = {b.block_id: g for g, members in enumerate(groups) for b in members}
+    head = [group_of[b.block_id] for b in got[:len(groups)]]
+    assert len(set(head)) == len(head)  # one per sighting first
+    for b in got[:len(groups)]:
+        best = min(groups[group_of[b.block_id]], key=lambda c: (c.words.index("dog"), -c.stamp_ns, c.block_id))
+        assert b is best
 
 
 def test_synonym_groups_do_not_overlap():
