@@ -267,7 +267,8 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
             mb(min(s, key=lambda x, q=q: abs(x[0] - (start + q * (end - start))))[2]) for q in (0, 0.25, 0.5, 0.75, 1))],
         ["RSS growth over the second half", f"{100 * (s[-1][2] - mid_rss) / mid_rss:+.1f}% "
          f"(mean first half {mb(statistics.mean(first or [0]))}, second half {mb(statistics.mean(second or [0]))})"],
-        ["RSS trend over the second half (least squares)", _trend([(x[0], x[2]) for x in s if x[0] >= mid_t])],
+        ["RSS trend over the second half (least squares); the KV's", _trend([(x[0], x[2]) for x in s if x[0] >= mid_t])
+         + f"; KV {60 * (kv(f) - kv(res['mid'])) / 2**20 / max(1e-9, end - mid_t):+.1f} MiB/min"],
         ["ingest per frame p50 / p95 (memory_stats, last 100 frames)", f"{f.ingest_ms_p50:.0f} / {f.ingest_ms_p95:.0f} ms"],
         ["memory's KV bytes (resident + host arena) middle / end", f"{mb(kv(res['mid']))} / {mb(kv(f))}"],
         ["node still running at the end", "yes" if res["alive"] else "NO"],
