@@ -85,6 +85,9 @@ def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
         moments = engine.locate(LocateQuery(t.query, top_k=LOCATE_TOP_K)).moments
         shown = {f for app in t.appearances for f in app}
         spans = [range(_index(stream, m.stamp_ns), _index(stream, m.last_stamp_ns or m.stamp_ns) + 1) for m in moments]
+        row.details.append(dict(row=row.label, stream=stream.video_id, locate=t.query, real=k >= len(stream.things),
+                                returned=[[s[0], s[-1]] for s in spans], shown=sorted(shown),
+                                hit=any(f in shown for s in spans for f in s)))
         if k >= len(stream.things):
             row.locate_real_top3.append(any(f in shown for s in spans for f in s))
             continue
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-things", help="comma-separated held-out real photographs "
                         "glimpsed once each (tinyvlm/things_heldout.py sources; default: eval/hour_stream.py HOUR_REAL_THINGS "
                         "where opencv-doc's photographs are unpacked; '' for none); their ~/locate in its own column")
-    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question to this file")
+    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question, and per row and ~/locate query, to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     parser.add_argument("--span", choices=tuple(SPANS), default="main", help="which generated span of --out this part of "
                         "the grid writes: " + "; ".join(f"{k}: {v}" for k, v in SPANS.items()))

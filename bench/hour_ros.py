@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine_details:
         label = f"node default (rekv, robot) @ {args.budget:.0%}"
         rows = [json.loads(line) for line in args.engine_details.read_text().splitlines()]
-        engine = [d["chosen"] for d in rows if d["row"] == label and d["stream"] == stream.video_id and d["frames"] == args.frames]
+        engine = [d["chosen"] for d in rows if d["row"] == label and d["stream"] == stream.video_id and d["frames"] == args.frames
+                  and "chosen" in d]  # a question's line, not a ~/locate's
         if len(engine) != len(m["chosen"]):
             raise SystemExit(f"{args.engine_details}: {len(engine)} answers of {label!r} on {stream.video_id}, expected {len(m['chosen'])}")
         info["agree"] = f"{sum(a == b for a, b in zip(engine, m['chosen']))}/{len(m['chosen'])}"

@@ -59,11 +59,14 @@ def test_a_short_hour_on_every_kind_of_row(tmp_path):
                   "rekv (robot) @ 6%", "hermes (robot) @ 6%"):
         assert label in text, label
     lines = details.read_text().splitlines()
-    per_row = {}
+    per_row, located = {}, {}
     for line in lines:
         d = json.loads(line)
-        per_row.setdefault(d["row"], []).append(d)
+        (located if "locate" in d else per_row).setdefault(d["row"], []).append(d)
     counts = {len(v) for v in per_row.values()}
     assert len(counts) == 1 and counts.pop() >= 8  # every row answered every question
+    assert set(located) == set(per_row) and len({len(v) for v in located.values()}) == 1  # and ran every ~/locate
+    for d in located["full"]:  # full holds every frame: each query returns 3 moments, a hit where they show it
+        assert len(d["returned"]) == 3 and d["hit"] == any(a <= f <= b for a, b in d["returned"] for f in d["shown"])
     assert all(d["found"] for d in per_row["full"])  # full attends every frame
     assert all(d["found"] for d in per_row["ceiling (things + 4 other frames)"])
