@@ -125,11 +125,13 @@ def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
 
 
 def engine_key(cfg: MemoryConfig) -> str:
-    """Rows whose configurations differ only in what a question reads (the budget, the retrieval count and,
-    for ``rekv``, its question-time choices ``memory.rekv.*``) encode the same blocks: one engine serves them
-    (``switch_row``)."""
+    """Rows whose configurations differ only in what a question reads (the retrieval count and, for ``rekv``,
+    its question-time choices ``memory.rekv.*``) encode and keep the same blocks: one engine serves them
+    (``switch_row``). The budget is not among them: it decides what a policy drops (recency's oldest frames,
+    HERMES' tokens) or offloads, and a block dropped under a small budget cannot come back for a larger one (rows
+    at two budgets once shared an engine here, and recency answered the same at 1% and 5%)."""
     fields = dataclasses.asdict(cfg)
-    for name in ("budget_tokens", "retrieve_frames") + (("rekv",) if cfg.policy == "rekv" else ()):
+    for name in ("retrieve_frames",) + (("rekv",) if cfg.policy == "rekv" else ()):
         del fields[name]
     return repr(fields)
 

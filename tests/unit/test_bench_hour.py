@@ -70,3 +70,17 @@ def test_a_short_hour_on_every_kind_of_row(tmp_path):
         assert len(d["returned"]) == 3 and d["hit"] == any(a <= f <= b for a, b in d["returned"] for f in d["shown"])
     assert all(d["found"] for d in per_row["full"])  # full attends every frame
     assert all(d["found"] for d in per_row["ceiling (things + 4 other frames)"])
+
+
+def test_rows_share_an_engine_only_at_one_budget():
+    """A row's budget decides what its policy drops, so rows at two budgets never share an engine (recency at 1%
+    and 5% once answered alike); ``rekv``'s question-time variants at one budget do."""
+    from bench.hour_rows import Row, engine_key, row_config
+
+    def keys(policy):
+        return {engine_key(row_config(Row("", policy, "robot", b), 1800, 6, 20)) for b in (0.01, 0.02, 0.05)}
+
+    for policy in ("recency", "default", "rekv", "hermes", "streamkv", "mukv"):
+        assert len(keys(policy)) == 3, policy
+    same = {engine_key(row_config(Row("", p, "robot", 0.02), 1800, 6, 20)) for p in ("rekv", "rekv+shared", "rekv+rerank")}
+    assert len(same) == 1
