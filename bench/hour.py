@@ -41,13 +41,14 @@ import torch
 from bench import report
 from bench.accuracy import POLICIES, load_model
 from bench.hour_report import DOC, SPANS, render, span_markers
-from bench.hour_rows import HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, row_config, switch_row
+from bench.hour_rows import (HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, real_things_arg,
+                             row_config, switch_row)
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
 from bench.report import log
 from videokv_node.eval.footage import FootageLibrary
 from videokv_node.eval.hour_questions import hour_questions, locate_truths
-from videokv_node.eval.hour_stream import default_real_things, make_hour_stream
+from videokv_node.eval.hour_stream import make_hour_stream
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.locate import LocateQuery
 
@@ -60,15 +61,11 @@ def _frame(stream, i: int, rgb) -> Frame:
     return Frame("/camera", round(stream.stamp(i) * 1e9), rgb)
 
 
-def _index(stream, stamp_ns: int) -> int:
-    return round(stamp_ns / 1e9 / stream.period_s) - 1
-
-
 def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
     answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
     # A still span (issue 36) stands for every frame from its stamp to its last one.
-    attended = {f for e in answer.evidence for f in range(_index(stream, e.stamp_ns), _index(stream, e.last) + 1)}
-    layers = [{_index(stream, s) for s in layer} for layer in engine.last_layer_stamps]
+    attended = {f for e in answer.evidence for f in range(stream.index_of(e.stamp_ns), stream.index_of(e.last) + 1)}
+    layers = [{stream.index_of(s) for s in layer} for layer in engine.last_layer_stamps]
     found, share = group_recall(q.evidence, attended, layers)
     row.correct.append(answer.option_index == q.answer)
     row.details.append(dict(row=row.label, stream=stream.video_id, question=q.question, kind=q.kind,
@@ -84,16 +81,16 @@ def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
     for k, t in enumerate(truths):
         moments = engine.locate(LocateQuery(t.query, top_k=LOCATE_TOP_K)).moments
         shown = {f for app in t.appearances for f in app}
-        spans = [range(_index(stream, m.stamp_ns), _index(stream, m.last_stamp_ns or m.stamp_ns) + 1) for m in moments]
+        spans = [range(stream.index_of(m.stamp_ns), stream.index_of(m.last_stamp_ns or m.stamp_ns) + 1) for m in moments]
+        hit = any(f in shown for s in spans for f in s)
         row.details.append(dict(row=row.label, stream=stream.video_id, locate=t.query, real=k >= len(stream.things),
-                                returned=[[s[0], s[-1]] for s in spans], shown=sorted(shown),
-                                hit=any(f in shown for s in spans for f in s)))
+                                returned=[[s[0], s[-1]] for s in spans], shown=sorted(shown), hit=hit))
         if k >= len(stream.things):
-            row.locate_real_top3.append(any(f in shown for s in spans for f in s))
+            row.locate_real_top3.append(hit)
             continue
         got = [s[-1] for s in spans]  # "when did you last see it": a still span's last frame
         row.locate_top1.append(bool(spans) and any(f in shown for f in spans[0]))
-        row.locate_top3.append(any(f in shown for s in spans for f in s))
+        row.locate_top3.append(hit)
         row.locate_error_s.append(abs(max(got) - t.last_frame) * stream.period_s if got else float("inf"))
 
 
@@ -201,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     presets = tuple(p for p in args.presets.split(",") if p)
     without = frozenset(w for w in args.without.split(",") if w)
-    real = default_real_things() if args.real_things is None else tuple(r for r in args.real_things.split(",") if r)
+    real = real_things_arg(args.real_things)
     if not set(policies) <= set(POLICIES + HOUR_POLICIES) or not all(0 < b < 1 for b in budgets):
         parser.error(f"--policies must be a subset of {POLICIES + HOUR_POLICIES} and --budgets shares in (0, 1)")
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))

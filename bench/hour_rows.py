@@ -23,6 +23,7 @@ import torch
 
 from bench.accuracy import OFFLOAD_BYTES, memory_config
 from bench.long_stream import recency_config, with_preset
+from videokv_node.eval.hour_stream import default_real_things
 from videokv_node.memory import MemoryConfig
 from videokv_node.memory.config import ReKVConfig
 from videokv_node.memory.redundancy import RedundancyConfig
@@ -99,6 +100,12 @@ class Row:
     def median(self, name: str) -> float | None:
         values = getattr(self, name)
         return statistics.median(values) if values else None
+
+
+def real_things_arg(value: str | None) -> tuple[str, ...]:
+    """``--real-things`` of ``bench.hour`` and ``bench.hour_ros``: comma-separated sources ('' for none); not given,
+    ``eval/hour_stream.py`` ``default_real_things``."""
+    return default_real_things() if value is None else tuple(r for r in value.split(",") if r)
 
 
 def default_config(k: int, T: int, sink: int) -> MemoryConfig:

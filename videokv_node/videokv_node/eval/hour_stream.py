@@ -139,6 +139,10 @@ class HourStream:
         """Seconds from the stream's start of frame ``i`` (never 0: a zero stamp means unstamped to the node)."""
         return (i + 1) * self.period_s
 
+    def index_of(self, stamp_ns: int) -> int:
+        """The frame stamped ``stamp_ns`` (nanoseconds, as the memory cites it): ``stamp``'s inverse."""
+        return round(stamp_ns / 1e9 / self.period_s) - 1
+
     def shot_of(self, i: int) -> Shot:
         return next(s for s in self.shots if s.start <= i < s.start + s.length)
 

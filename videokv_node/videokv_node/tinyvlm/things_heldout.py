@@ -48,7 +48,6 @@ HELD_OUT_THINGS = (
 )
 
 
-
 def held_out_items(sources: list[str] | tuple[str, ...], what: str = "things") -> list[HeldOutThing]:
     """The held-out items of ``sources``, in that order; ValueError naming the unknown ones (as ``what``) and the
     known sources."""
