@@ -360,6 +360,7 @@ def test_sim_time_drives_the_node_clock(ros):
         ({"memory.policy": "lru"}, "memory.policy must be one of"),
         ({"model": "/nonexistent/checkpoint"}, "nor a local checkpoint directory"),
         ({"camera_qos": "fast"}, "camera_qos must be one of"),
+        ({"gil_switch_interval_s": 0.5}, "gil_switch_interval_s must be in (0, 0.1] seconds"),
         ({"vision.backend": "cuda"}, "vision.backend must be one of"),
         ({"model": "videokv-tiny-random", "memory.policy": "mukv", "memory.mukv.patch_split": 5},
          "memory.mukv.patch_split (5) must divide the 6 tokens of a frame of this model: one of [1, 2, 3, 6]"),

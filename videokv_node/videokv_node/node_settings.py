@@ -25,6 +25,7 @@ class NodeSettings:
     dtype: str = param("auto", "auto (bf16/fp16 on GPU, fp32 on CPU), float32, float16 or bfloat16")
     seed: int = param(0, "seed of the tiny model's random weights", zero_ok=True)
     torch_threads: int = param(0, "intra-op CPU threads for torch; 0 = torch's default (all cores); limit it on a shared robot CPU", zero_ok=True)
+    gil_switch_interval_s: float = param(0.0001, "Python's GIL switch interval (sys.setswitchinterval) in seconds; Python's own 5 ms starves the model worker behind the executor at a robot's camera rates (process_settings.py, docs/bench/load.md)")
     image_topics: tuple[str, ...] = param(("image",), "sensor_msgs/Image topics, one per camera (remappable)")
     compressed_topics: tuple[str, ...] = param((), "sensor_msgs/CompressedImage topics (topics ending in /compressed are compressed too)")
     camera_qos: str = param("sensor_data", "QoS of camera subscriptions: sensor_data (best effort), reliable or system_default", choices=QOS_PROFILES)
@@ -51,6 +52,8 @@ class NodeSettings:
             raise ConfigError("question_timeout_s and stats_period_s must be > 0")
         if self.diagnostics_period_s <= 0 or not 0 < self.diagnostics_silence_warn_s <= self.diagnostics_silence_error_s:
             raise ConfigError("need diagnostics_period_s > 0 and 0 < diagnostics_silence_warn_s <= diagnostics_silence_error_s")
+        if not 0 < self.gil_switch_interval_s <= 0.1:
+            raise ConfigError(f"gil_switch_interval_s must be in (0, 0.1] seconds, got {self.gil_switch_interval_s}")
         if not 0 <= self.diagnostics_drop_warn_ratio < 1:
             raise ConfigError("diagnostics_drop_warn_ratio must be in [0, 1)")
 

@@ -75,13 +75,11 @@ class EngineTarget:
     counts: ReplayCounts
 
     def __init__(self, settings: EngineSettings, option_scoring: str | None = None) -> None:
-        import torch
-
         from videokv_node.memory.engine import VideoMemoryEngine
         from videokv_node.models.factory import load_adapter
+        from videokv_node.process_settings import apply_process_settings
 
-        if settings.torch_threads > 0:
-            torch.set_num_threads(settings.torch_threads)
+        apply_process_settings(settings.torch_threads)  # one thread runs the engine here: Python's own switch interval
         adapter = load_adapter(settings.model, device=settings.device, dtype=settings.dtype, seed=settings.seed)
         self.engine = VideoMemoryEngine(adapter, settings.memory, settings.generation)
         self.counts = ReplayCounts()

@@ -56,14 +56,12 @@ class TextTarget:
     via = "engine"
 
     def __init__(self, settings) -> None:
-        import torch
-
         from videokv_node.memory.engine import VideoMemoryEngine
         from videokv_node.models.factory import load_adapter
         from videokv_node.models.text_lm import TextLMAdapter
+        from videokv_node.process_settings import apply_process_settings
 
-        if settings.torch_threads > 0:
-            torch.set_num_threads(settings.torch_threads)
+        apply_process_settings(settings.torch_threads)  # one thread runs the engine here: Python's own switch interval
         adapter = load_adapter(settings.model, settings.device, settings.dtype, settings.seed, text_frames=True)
         assert isinstance(adapter, TextLMAdapter)  # load_adapter's guarantee with text_frames
         self.engine = VideoMemoryEngine(adapter, settings.memory, settings.generation)

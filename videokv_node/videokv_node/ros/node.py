@@ -36,6 +36,7 @@ from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.snapshot.format import SnapshotError
 from videokv_node.memory.snapshot.series import SnapshotSeries
 from videokv_node.models.factory import load_adapter
+from videokv_node.process_settings import apply_process_settings
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
 from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
@@ -111,8 +112,7 @@ class VideoKVMixin:
         s = settings.node
         log = self.get_logger()
         check_available(settings.pose)  # before loading the model: tf without tf2_ros cannot work
-        if s.torch_threads > 0:
-            torch.set_num_threads(s.torch_threads)
+        apply_process_settings(s.torch_threads, s.gil_switch_interval_s)  # process_settings.py: why the interval
         log.info(f"loading model {s.model!r} on device {s.device!r}")
         try:
             self.adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)

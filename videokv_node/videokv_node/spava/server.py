@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from videokv_node.models.factory import load_adapter
+from videokv_node.process_settings import apply_process_settings
 from videokv_node.spava.config import SpavaConfig
 from videokv_node.spava.job import ReplayJob, ReplayOutcome, ServeJobs
 from videokv_node.spava.worker import JobCancelled, ReplayWorker
@@ -122,8 +123,7 @@ def main(argv: list[str] | None = None, serve: ServeJobs | None = None) -> int:
     if serve is None:
         raise ValueError("rank 0 needs a host for the service: run torchrun ... -m videokv_node.programs.long_replay")
     args = parse_args(argv)
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
+    apply_process_settings(args.torch_threads)
     cfg = SpavaConfig(anchor_len=args.anchor_len, passing_len=args.passing_len, pool_window=args.pool_window,
                       zigzag=not args.no_zigzag, overlap=not args.no_overlap, timeout_s=args.timeout_s)
     device = _device(args.device)
