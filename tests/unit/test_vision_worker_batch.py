@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from videokv_node.memory.question import Frame, Question
+from tests.unit.staged_engine import StagedIngest
 from videokv_node.runtime.worker import ModelWorker
 
 
-class BatchRecordingEngine:
+class BatchRecordingEngine(StagedIngest):
     """Records the stamps of each ingest call; ``gate`` holds the first call until released."""
 
     def __init__(self) -> None:

@@ -9,10 +9,11 @@ import pytest
 
 from videokv_node.memory.question import Frame, Question, RequestError
 from videokv_node.pose import Pose, yaw_quaternion
+from tests.unit.staged_engine import StagedIngest
 from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
 
 
-class RecordingEngine:
+class RecordingEngine(StagedIngest):
     """Records the order of calls; ``gate`` holds the first ingest until the test releases it."""
 
     def __init__(self) -> None:

@@ -9,9 +9,10 @@ One thread owns an engine (the node's model worker); ``stats()`` may be read fro
              -> one prefill pass, each layer attending to its own blocks
              -> question stage (TGV-KV eviction) -> answer
 
-Here: construction, run-time configuration, ingest and encoding, the caps, stats. Questions
-are ``answering.py``'s, the state out and in (and the pose table) ``engine_state.py``'s: two
-mixins of the one engine class (a third: ``redundancy.py``'s still frames). The policy sees it only as ``PolicyHost``.
+Here: construction, run-time configuration, ingest and encoding, the caps, stats. Questions are
+``answering.py``'s, the state out and in (and the pose table) ``engine_state.py``'s, still frames
+``redundancy.py``'s, ingest's first stage ``vision_stage.py``'s: mixins of the one engine class.
+The policy sees it only as ``PolicyHost``.
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ from videokv_node.memory.context.question_stage import make_question_stage
 from videokv_node.memory.context.resident_cache import ResidentCache
 from videokv_node.memory.context.retrieval_cache import QueryCapture, Sink, placed_cache
 from videokv_node.memory.stats import EngineStats, LatencyWindow
+from videokv_node.memory.vision_stage import PreparedFrames, VisionStageMixin
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
 
 
-class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
+class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, VisionStageMixin):
     """A bounded KV memory of a camera stream over one Video-LLM.
 
     Guarantees, however long the stream: resident KV (sink included) never
@@ -130,19 +132,19 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
         """Encode frames (time order) into memory; returns the blocks made (some may be evicted already).
 
         A policy that encodes segments may make no block for a frame yet (it waits in the open segment).
-        Where the policy allows (``batch_window``), up to ``memory.prefill_batch`` frames are prefilled
-        in one pass, each exactly as alone (``memory/context/batch_prefill.py``); the policy's steps, the caps
-        and the stats then follow frame by frame, in order. ``between()`` runs after each such chunk
-        but the last, the memory complete up to its last frame, so a read-only request (the worker's
-        waiting questions) need not wait for the whole batch.
-        """
-        frames = self._merge_still(frames)  # memory.redundancy: still frames extend stored ones' spans instead
+        Where the policy allows (``batch_window``), up to ``memory.prefill_batch`` frames are prefilled in
+        one pass, each exactly as alone (``context/batch_prefill.py``); the policy's steps, the caps and
+        the stats then follow frame by frame, in order. ``between()`` runs after each such chunk but the
+        last, the memory complete up to its last frame: a waiting read-only request need not wait for all."""
+        return self.ingest_prepared(self.prepare(frames), between)
+
+    def ingest_prepared(self, prepared: PreparedFrames, between: Callable[[], None] | None = None) -> list[FrameBlock]:
+        """The rest of ``ingest`` after ``prepare`` (``vision_stage.py``): the decoder, the policy, the caps."""
+        frames = prepared.frames
+        feats, vision_ms = prepared.vision.result()  # (F, T, hidden); raises what the vision encoder raised
         if not frames:
             return []
-        t0 = time.perf_counter()
-        feats = self.adapter.encode_frames([f.rgb for f in frames])  # (F, T, hidden)
         self._frame_words.update(((f.camera, f.stamp_ns), w) for f, w in zip(frames, self.adapter.frame_words(feats)) if w)
-        vision_ms = elapsed_s(t0, self.adapter.device) * 1e3 / len(frames)
         offsets = self.adapter.frame_positions(0)  # (P, T)
         self._frame_poses.update(((f.camera, f.stamp_ns), f.pose) for f in frames if f.pose is not None)
         units = [Unit(feat=feat, offsets=offsets, camera=f.camera, stamp_ns=f.stamp_ns) for f, feat in zip(frames, feats)]
@@ -272,11 +274,9 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin):
     def probe(self, text: str) -> torch.Tensor:
         """(L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
 
-        Policies that score memory against a text before or without the real
-        pass (StreamKV's guidance prompt and layer-adaptive retrieval, HERMES'
-        pseudo query, MuKV's question vector) read its queries here, in the
-        context of the prompt only: the same context for every memory.
-        """
+        Policies that score memory against a text before or without the real pass (StreamKV's guidance
+        prompt and layer-adaptive retrieval, HERMES' pseudo query, MuKV's question vector) read its
+        queries here, in the context of the prompt only: the same context for every memory."""
         ids = self.adapter.text_ids(text)
         geo = self.adapter.geometry
         capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, keep_all=True)

@@ -158,7 +158,7 @@ class VideoKVMixin:
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
             max_batch=self.settings.vision.max_batch,  # parked frames' poses are resolved before the worker
             pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if pose.worker_looks_up else None,
-        )
+            vision_thread=self.settings.vision.own_thread)
         if pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp; before the cameras
             self.poses = PoseIntake(self, pose, deliver=lambda frame: deliver_frame(self, frame), capacity=s.queue_size)
             self.keep(lambda p: p.destroy(), self.poses)

@@ -19,6 +19,7 @@ from typing import Any
 
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, Question
+from videokv_node.memory.vision_stage import PreparedFrames, VisionThread
 from videokv_node.pose import Pose
 from videokv_node.runtime.heap_trim import HeapTrim
 
@@ -50,6 +51,13 @@ class ModelWorker:
     Requests still run in the order they were queued: a reset or write waiting ahead of a
     question holds it until the batch is done.
 
+    With ``vision_thread`` the vision encoder runs on a thread of its own (``memory/vision_stage.py``):
+    the worker prepares the frames it takes (poses, still frames merged, their vision submitted),
+    then runs the decoder over the batch it prepared before, so one batch's vision encoder and the
+    previous batch's decoder overlap while frames keep coming; a batch with none before it waits for
+    its own vision, as without. Every vision call is made on that thread, and a write request waits
+    for the batch prepared before it to be ingested.
+
     A frame submitted without a pose gets it from ``pose_lookup(stamp_ns)`` when the worker
     takes it for ingest, not when it was submitted: odometry that arrived while the frame
     waited in the queue (it usually lags a camera's frame on a busy node) still counts. The
@@ -77,6 +85,7 @@ class ModelWorker:
         max_batch: int = 1,
         pose_lookup: Callable[[int], Pose | None] | None = None,
         heap_trim_bytes: int = 16 << 20,
+        vision_thread: bool = False,
     ) -> None:
         if queue_size <= 0 or max_pending_jobs <= 0 or max_batch <= 0:
             raise ValueError("queue_size, max_pending_jobs and max_batch must be > 0")
@@ -96,6 +105,7 @@ class ModelWorker:
         # camera -> {"ingested", "overflowed", "failed"} -> frames; written under _cond, read by camera_counts()
         self._per_camera: dict[str, Counter] = {}
         self.heap = HeapTrim(heap_trim_bytes)  # used by the worker thread only
+        self._vision = VisionThread() if vision_thread else None  # where the vision encoder runs; None: here
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
         self._thread.start()
 
@@ -178,29 +188,54 @@ class ModelWorker:
 
     # --- the worker thread ------------------------------------------------
     def _run(self) -> None:
+        pending: tuple[list[Frame], PreparedFrames] | None = None  # prepared, its vision on the vision thread
         while True:
             with self._cond:
-                while not (self._jobs or self._frames or self._stopping):
+                while not (self._jobs or self._frames or self._stopping or pending):
                     self._cond.wait()
                 if self._stopping:
                     return
-                job = self._jobs.popleft() if self._jobs else None
-                frames = [] if job else [self._frames.popleft() for _ in range(min(self.max_batch, len(self._frames)))]
+                # A read-only request runs at once; a write (reset, load) after the batch prepared before it.
+                job = self._jobs.popleft() if self._jobs and (pending is None or self._jobs[0].read_only) else None
+                take = 0 if job or self._jobs else min(self.max_batch, len(self._frames))
+                frames = [self._frames.popleft() for _ in range(take)]
             if job is not None:
                 self._run_job(job)
                 self._trim_heap()
                 continue
-            try:
-                self._resolve_poses(frames)
-                # All queued frames (up to max_batch) in one vision batch; waiting questions between its frames.
-                self.engine.ingest(frames, between=self._serve_read_only)
-                self._count(frames, "ingested")
-            except Exception as exc:  # a bad batch must not stop the memory; its frames are counted as failed
-                self.frames_failed += len(frames)
-                self._count(frames, "failed")
-                if self._on_ingest_error:
-                    self._on_ingest_error(exc)
+            # With the vision thread: prepare these frames (their vision starts there), then the decoder
+            # over the batch before them. Without: prepare and ingest these at once.
+            prepared = self._prepare(frames) if frames else None
+            if self._vision is None or pending is not None or prepared is None:
+                done, pending = (pending, prepared) if self._vision is not None else (prepared, None)
+                if done is not None:
+                    self._ingest(*done)
+            else:
+                pending = prepared
             self._trim_heap()
+
+    def _prepare(self, frames: list[Frame]) -> tuple[list[Frame], PreparedFrames] | None:
+        """Poses resolved, still frames merged, vision started; None (frames counted failed) if that raised."""
+        try:
+            self._resolve_poses(frames)
+            return frames, self.engine.prepare(frames, vision=None if self._vision is None else self._vision.submit)
+        except Exception as exc:  # a bad batch must not stop the memory; its frames are counted as failed
+            self._failed(frames, exc)
+            return None
+
+    def _ingest(self, frames: list[Frame], prepared: PreparedFrames) -> None:
+        """The decoder over a prepared batch (up to max_batch frames), waiting questions between its passes."""
+        try:
+            self.engine.ingest_prepared(prepared, between=self._serve_read_only)
+            self._count(frames, "ingested")
+        except Exception as exc:
+            self._failed(frames, exc)
+
+    def _failed(self, frames: list[Frame], exc: Exception) -> None:
+        self.frames_failed += len(frames)
+        self._count(frames, "failed")
+        if self._on_ingest_error:
+            self._on_ingest_error(exc)
 
     def _trim_heap(self) -> None:
         """Trim the C heap if RSS grew past the bound, unless a request waits: it never waits for a trim."""
@@ -246,6 +281,8 @@ class ModelWorker:
         for job in pending:
             job.future.set_exception(WorkerStopped("node shutting down"))
         self._thread.join(timeout)
+        if self._vision is not None:
+            self._vision.close()
 
     @property
     def alive(self) -> bool:
