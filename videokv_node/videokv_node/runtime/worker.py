@@ -203,14 +203,13 @@ class ModelWorker:
                 self._run_job(job)
                 self._trim_heap()
                 continue
-            # With the vision thread: prepare these frames (their vision starts there), then the decoder
-            # over the batch before them. Without: prepare and ingest these at once.
             prepared = self._prepare(frames) if frames else None
-            if self._vision is None or pending is not None or prepared is None:
-                done, pending = (pending, prepared) if self._vision is not None else (prepared, None)
-                if done is not None:
-                    self._ingest(*done)
-            else:
+            if self._vision is None:  # prepared (vision run) and ingested at once
+                if prepared is not None:
+                    self._ingest(*prepared)
+            else:  # the decoder over the batch before, while these frames' vision runs on the vision thread
+                if pending is not None:
+                    self._ingest(*pending)
                 pending = prepared
             self._trim_heap()
 
