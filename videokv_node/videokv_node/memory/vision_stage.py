@@ -1,9 +1,10 @@
 """Ingest's first stage, apart from the decoder: still frames merged, the others through the vision encoder.
 
 Why apart (issue 33, docs/bench/load.md): one frame costs the vision encoder (about 70 ms for
-videokv-tiny's EfficientNet on a CPU core) and then the decoder's prefill (about 200 ms). Run one
-after the other on the node's model worker, they used one core while the second was idle, and
-eight cameras at the default ``sample_fps`` needed more than that core. ``VideoMemoryEngine.prepare``
+videokv-tiny's EfficientNet on a CPU core) and then the decoder's prefill (about 200 ms), one after
+the other on the node's model worker; on a machine with cores to spare the two can overlap. On the
+project's 2 cores, busy with eight camera drivers, it gained 0-5%, so the node's ``vision.own_thread``
+is off by default. ``VideoMemoryEngine.prepare``
 makes a ``PreparedFrames`` on the engine's thread (the still-frame test reads and extends the memory,
 so it stays there) and hands the vision encoder's work to ``vision`` if one is given (``VisionThread.
 submit``): the model worker prepares the next queued frames, then runs the decoder over the batch
