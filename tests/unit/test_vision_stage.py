@@ -18,7 +18,7 @@ from tests.unit.staged_engine import StagedIngest
 from tests.unit.test_still_frames import engine as still_engine
 from tests.unit.test_still_frames import frame_blocks, stream
 from videokv_node.memory.question import Frame, Question
-from videokv_node.memory.vision_stage import PreparedFrames, VisionThread, run_now
+from videokv_node.memory.vision_stage import PreparedFrames, run_now, vision_thread
 from videokv_node.runtime.worker import ModelWorker
 
 KINDS = "aaabbbtaaabbaa"  # still stretches, a view change, a thing seen once, revisits
@@ -39,7 +39,7 @@ def test_prepared_ahead_the_memory_is_what_ingest_makes(tiny_adapter, policy):
         plain.ingest(frames[i:i + batch])
 
     staged = still_engine(tiny_adapter, policy)
-    vision = VisionThread()
+    vision = vision_thread()
     try:
         pending = None
         for i in range(0, len(frames), batch):  # the worker's order: prepare the next, then decode the one before
@@ -49,7 +49,7 @@ def test_prepared_ahead_the_memory_is_what_ingest_makes(tiny_adapter, policy):
             pending = prepared
         staged.ingest_prepared(pending)
     finally:
-        vision.close()
+        vision.shutdown()
 
     assert frame_blocks(staged) == frame_blocks(plain)
     a, b = held(plain), held(staged)

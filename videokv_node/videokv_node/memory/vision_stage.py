@@ -4,12 +4,12 @@ Why apart (issue 33, docs/bench/load.md): one frame costs the vision encoder (ab
 videokv-tiny's EfficientNet on a CPU core) and then the decoder's prefill (about 200 ms), one after
 the other on the node's model worker; on a machine with cores to spare the two can overlap. On the
 project's 2 cores, busy with eight camera drivers, it gained 0-5%, so the node's ``vision.own_thread``
-is off by default. ``VideoMemoryEngine.prepare``
-makes a ``PreparedFrames`` on the engine's thread (the still-frame test reads and extends the memory,
-so it stays there) and hands the vision encoder's work to ``vision`` if one is given (``VisionThread.
-submit``): the model worker prepares the next queued frames, then runs the decoder over the batch
-before them while the vision thread encodes (``runtime/worker.py``). ``ingest_prepared`` waits for
-the features and does the rest, as ``ingest`` always did.
+is off by default. ``VideoMemoryEngine.prepare`` makes a ``PreparedFrames`` on the engine's thread
+(the still-frame test reads and extends the memory, so it stays there) and hands the vision
+encoder's work to ``vision`` if one is given (``vision_thread()``'s ``submit``): the model worker
+prepares the next queued frames, then runs the decoder over the batch before them while the vision
+thread encodes (``runtime/worker.py``). ``ingest_prepared`` waits for the features and does the
+rest, as ``ingest`` always did.
 
 What is guaranteed: every vision call of an engine's worker runs on the one vision thread (a
 TensorRT execution context is never used by two threads), the decoder sees the batches in the
@@ -27,7 +27,6 @@ thread's would be, and the overlap is the CPU's work (preprocessing, launches).
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,29 +74,14 @@ class VisionStageMixin:
 
     def prepare(self, frames: list[Frame], vision: Callable[[Callable], Future] | None = None) -> PreparedFrames:
         """Ingest's first stage: still frames merged (``memory.redundancy``: they extend stored frames' spans
-        now), the vision encoder over the rest run now, or submitted through ``vision`` (``VisionThread.submit``)."""
+        now), the vision encoder over the rest run now, or submitted through ``vision`` (``vision_thread().submit``)."""
         frames = self._merge_still(frames)  # StillIngestMixin's
         if not frames:
             return PreparedFrames([], run_now(lambda: (None, 0.0)))
         return PreparedFrames(frames, (vision or run_now)(partial(encode_vision, self.adapter, frames)))
 
 
-class VisionThread:
-    """The one thread that runs an engine worker's vision calls, in the order submitted."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videokv-vision")
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def submit(self, work: Callable[[], VisionResult]) -> Future:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the vision thread is closed")
-            return self._pool.submit(work)
-
-    def close(self) -> None:
-        """Cancel what has not started; the call running finishes on its own (its result is not awaited)."""
-        with self._lock:
-            self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
+def vision_thread() -> ThreadPoolExecutor:
+    """The one thread that runs an engine worker's vision calls, in the order submitted (``submit``); its
+    ``shutdown(wait=False, cancel_futures=True)`` cancels what has not started and lets the running call end."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="videokv-vision")

@@ -19,7 +19,7 @@ from typing import Any
 
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, Question
-from videokv_node.memory.vision_stage import PreparedFrames, VisionThread
+from videokv_node.memory.vision_stage import PreparedFrames, vision_thread as new_vision_thread
 from videokv_node.pose import Pose
 from videokv_node.runtime.heap_trim import HeapTrim
 
@@ -105,7 +105,7 @@ class ModelWorker:
         # camera -> {"ingested", "overflowed", "failed"} -> frames; written under _cond, read by camera_counts()
         self._per_camera: dict[str, Counter] = {}
         self.heap = HeapTrim(heap_trim_bytes)  # used by the worker thread only
-        self._vision = VisionThread() if vision_thread else None  # where the vision encoder runs; None: here
+        self._vision = new_vision_thread() if vision_thread else None  # where the vision encoder runs; None: here
         self._thread = threading.Thread(target=self._run, name="videokv-model-worker", daemon=True)
         self._thread.start()
 
@@ -281,7 +281,7 @@ class ModelWorker:
             job.future.set_exception(WorkerStopped("node shutting down"))
         self._thread.join(timeout)
         if self._vision is not None:
-            self._vision.close()
+            self._vision.shutdown(wait=False, cancel_futures=True)  # a vision call running ends on its own
 
     @property
     def alive(self) -> bool:
