@@ -160,11 +160,13 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
         engine.close()
 
 
-def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: FootageLibrary | None = None,
+def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: FootageLibrary | str | None = None,
              real_things: tuple[str, ...] = ()) -> list[Row]:
-    """One worker's streams (a process of its own with ``--workers``); returns ``rows`` filled."""
+    """One worker's streams (a process of its own with ``--workers``: ``library`` is then the footage split's name,
+    '' for every source); returns ``rows`` filled."""
     torch.set_num_threads(THREADS)
-    library = library or FootageLibrary.load()
+    if not isinstance(library, FootageLibrary):
+        library = FootageLibrary.load(split=library or None)
     adapter = load_model(model)
     adapter.set_vision_backend(CachedVision(adapter.vision_backend))
     for seed in seeds:
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-things", help="comma-separated held-out real photographs "
                         "glimpsed once each (tinyvlm/things_heldout.py sources; default: eval/hour_stream.py HOUR_REAL_THINGS "
                         "where opencv-doc's photographs are unpacked; '' for none); their ~/locate in its own column")
+    parser.add_argument("--footage", default="test", help="the footage's split (eval/footage.py FOOTAGE_SPLITS): 'test', "
+                        "sources videokv-tiny never trained on (issue 43), or '' for every source (the runs before v6)")
     parser.add_argument("--details", type=Path, help="also write one JSON line per row and question, and per row and ~/locate query, to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     parser.add_argument("--span", choices=tuple(SPANS), default="main", help="which generated span of --out this part of "
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
     machine = describe(REPO)
     torch.set_num_threads(THREADS)
-    library = FootageLibrary.load()
+    library = FootageLibrary.load(split=args.footage or None)
     probe = load_model(args.model)
     T, sink, max_pos = probe.tokens_per_frame, len(probe.prefix_ids()), probe.max_positions
     del probe
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
             parts = [seeds[w::args.workers] for w in range(args.workers) if seeds[w::args.workers]]
             with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
-                done = pool.starmap(run_part, [(args.model, n, part, rows, None, real) for part in parts])
+                done = pool.starmap(run_part, [(args.model, n, part, rows, args.footage, real) for part in parts])
             rows = done[0]
             for other in done[1:]:
                 for into, row in zip(rows, other, strict=True):

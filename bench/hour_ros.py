@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=float, default=0.02)
     parser.add_argument("--real-things", help="as bench.hour's (the same stream)")
+    parser.add_argument("--footage", default="test", help="as bench.hour's (the same stream)")
     parser.add_argument("--engine-details", type=Path, help="a `bench.hour --details` file of the same stream and "
                         "budget: count the answers equal to its node-default row's")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     T, sink = model.tokens_per_frame, len(model.prefix_ids())
     del model
     real = real_things_arg(args.real_things)
-    stream = make_hour_stream(f"hour{args.frames}-{args.seed}", args.frames, args.seed, FootageLibrary.load(), real_things=real)
+    stream = make_hour_stream(f"hour{args.frames}-{args.seed}", args.frames, args.seed, FootageLibrary.load(split=args.footage or None),
+                             real_things=real)
     params = node_params(args.frames, args.budget, T, sink)
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"hour_ros_{os.getpid()}.log"
     m = run(stream, hour_questions(stream), locate_truths(stream), params, log_path)

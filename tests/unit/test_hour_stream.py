@@ -12,7 +12,8 @@ import pytest
 from videokv_node.eval.footage import FootageLibrary, sensor_noise, view
 from videokv_node.eval.hour_questions import COUNT_WORDS, KINDS, hour_questions, locate_truths
 from videokv_node.eval.hour_stream import STILL_FRAMES, make_hour_stream
-from videokv_node.tinyvlm.scenes import COLOURS
+from videokv_node.tinyvlm.hour_examples import WORDINGS as HOUR_TRAINING_WORDINGS
+from videokv_node.tinyvlm.scenes import COLOURS, SHAPES
 from videokv_node.tinyvlm.variety import HELD_OUT_WORDINGS, WORDINGS
 
 N = 1800
@@ -115,6 +116,10 @@ def test_questions_truth_rederived(stream):
 def test_wordings_are_not_trainings(stream):
     trained = {w for ws in WORDINGS.values() for w in ws} | {w for ws in HELD_OUT_WORDINGS.values() for w in ws}
     trained |= {"What colour is the shape?", "What shape is it?", "How many shapes are there?"}
+    # v6's long examples (tinyvlm/hour_examples.py), every template filled with this stream's things
+    names = [t.name for t in stream.things]
+    for template in (w for ws in HOUR_TRAINING_WORDINGS.values() for w in ws):
+        trained |= {template.format(shape=s, colour=c, x=x, y=y) for s in SHAPES for c in COLOURS for x in names for y in names}
     for q in hour_questions(stream):
         assert q.question not in trained
 

@@ -22,7 +22,8 @@ from videokv_node.vision.export import INPUT_NAME, MANIFEST, ensure_onnx, export
 
 ADAPTERS = {"llava": LlavaOnevisionAdapter.tiny, "qwen": Qwen25VLAdapter.tiny, "videokv-tiny": VideoKVTinyAdapter.tiny,
             "videokv-tiny-colour": lambda: VideoKVTinyAdapter.tiny(colour_stats=True),  # v4's projector (colour_statistics)
-            "videokv-tiny-nouns": lambda: VideoKVTinyAdapter.tiny(colour_stats=True, nouns=True)}  # v5's noun block
+            "videokv-tiny-nouns": lambda: VideoKVTinyAdapter.tiny(colour_stats=True, nouns=True),  # v5's noun block
+            "videokv-tiny-things": lambda: VideoKVTinyAdapter.tiny(colour_stats=True, things=True)}  # v6's drawn-things head
 
 
 def frames(n: int, seed: int = 0) -> list[np.ndarray]:

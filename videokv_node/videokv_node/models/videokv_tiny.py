@@ -191,11 +191,17 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
     """EfficientNet-Lite0 + projector + a Llama-family decoder (SmolLM2) behind the adapter contract."""
 
     def __init__(self, encoder: EfficientNetLite0, projector: Projector, llm: LlamaForCausalLM, tokenizer, name: str,
-                 image_size: int = IMAGE_SIZE, nouns: NounBlock | None = None):
+                 image_size: int = IMAGE_SIZE, nouns: NounBlock | None = None, things: nn.Module | None = None):
         """``nouns`` (v5): the frame's noun block after its visual tokens; None (the weights before v5, and
-        ``videokv-tiny-random``): visual tokens only."""
+        ``videokv-tiny-random``): visual tokens only. ``things`` (v6): the drawn-things head
+        (``models/things_head.py``) whose words the noun block writes first (``nouns.extra``)."""
+        if (things is not None) != bool(nouns is not None and nouns.extra):
+            raise ValueError("a things head needs a noun block with its words as extra words, and the reverse")
+        if things is not None and tuple(things.names) != nouns.extra:
+            raise ValueError(f"the noun block's extra words {nouns.extra} are not the head's {things.names}")
         self.model = llm.eval()
         self.nouns = nouns
+        self.things = things.eval() if things is not None else None
         self.encoder = encoder.eval()
         self.projector = projector.eval()
         self.tokenizer = tokenizer
@@ -237,20 +243,29 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             lora = DecoderLoRA.from_config(llm, manifest["lora"])
             lora.load_state_dict(load_file(weights_dir / LORA_FILE), strict=True)
             lora.to(device, dtype).merge_into(llm)
-        nouns = None
+        nouns = things = None
+        if manifest.get("things"):
+            from videokv_node.models.things_head import HEAD_FILE, ThingHead
+
+            spec = dict(manifest["things"])
+            things = ThingHead(hidden=spec["hidden"], grid=spec["grid"], names=tuple(spec["names"]))
+            things.load_state_dict(load_file(weights_dir / HEAD_FILE), strict=True)
+            things = things.to(device, dtype)
         if manifest.get("nouns"):
             config = NounConfig(**manifest["nouns"])
-            nouns = NounBlock(read_noun_table(weights_dir / config.file), tokenizer, llm.get_input_embeddings(), config)
+            nouns = NounBlock(read_noun_table(weights_dir / config.file), tokenizer, llm.get_input_embeddings(), config,
+                              extra=things.names if things is not None else ())
             nouns = nouns.to(device, dtype)
         return cls(load_efficientnet_lite0(device).to(dtype), projector.to(device, dtype), llm, tokenizer, name="videokv-tiny",
-                   nouns=nouns)
+                   nouns=nouns, things=things)
 
     @classmethod
     def tiny(cls, seed: int = 0, device: str | torch.device = "cpu", image_size: int = 64,
-             colour_stats: bool = False, nouns: bool = False) -> "VideoKVTinyAdapter":
+             colour_stats: bool = False, nouns: bool = False, things: bool = False) -> "VideoKVTinyAdapter":
         """The same architecture with random weights from ``seed`` and a 2-layer decoder: for fast tests, no files.
         ``colour_stats``: the v4 projector, its colour map drawn at random (not zero) so that it shows.
-        ``nouns``: the v5 noun block, with the committed noun table (its nouns cut to a slot by the tiny tokenizer)."""
+        ``nouns``: the v5 noun block, with the committed noun table (its nouns cut to a slot by the tiny tokenizer).
+        ``things``: also the v6 drawn-things head (random), its words in the noun block (implies ``nouns``)."""
         tokenizer = build_tiny_tokenizer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -260,9 +275,15 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             projector = Projector(llm.config.hidden_size, mlp_dim=64, colour_stats=colour_stats)
             if colour_stats:
                 torch.nn.init.normal_(projector.colour.weight, std=0.5)
-        block = NounBlock(read_noun_table(WEIGHTS_DIR / NounConfig().file), tokenizer, llm.get_input_embeddings()) if nouns else None
+            head = None
+            if things:
+                from videokv_node.models.things_head import ThingHead
+
+                head = ThingHead(hidden=16).to(device)
+        block = (NounBlock(read_noun_table(WEIGHTS_DIR / NounConfig().file), tokenizer, llm.get_input_embeddings(),
+                           extra=head.names if head is not None else ()) if nouns or things else None)
         return cls(encoder.to(device), projector.to(device), llm.to(device), tokenizer, "videokv-tiny-random", image_size,
-                   nouns=block.to(device) if block is not None else None)
+                   nouns=block.to(device) if block is not None else None, things=head)
 
     # --- vision -----------------------------------------------------------
     @torch.inference_mode()
@@ -281,10 +302,12 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         """(B, 3, S, S) normalised pixels -> (B, rows * cols, hidden): the frozen encoder, then the projector.
         ``encode_frames`` (the shared one) runs it through the chosen vision backend."""
         maps, mid = self.encoder.feature_levels(pixels)
-        visual = self.projector(maps, mid, pixels=denormalise(pixels))  # (B, rows * cols, hidden)
+        rgb = denormalise(pixels)
+        visual = self.projector(maps, mid, pixels=rgb)  # (B, rows * cols, hidden)
         if self.nouns is None:
             return visual
-        block = self.nouns(self.encoder.classify(maps))  # (B, slots * slot_tokens, hidden)
+        extra = self.things(maps, mid, rgb).sigmoid() if self.things is not None else None
+        block = self.nouns(self.encoder.classify(maps), extra)  # (B, slots * slot_tokens, hidden)
         return torch.cat([visual, block.to(visual.dtype)], 1)
 
     def frame_words(self, feats: torch.Tensor) -> list[tuple[str, ...]]:
@@ -301,14 +324,17 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
         logs; the memory reads the written nouns back from the frame's tokens (``frame_words``)."""
         if self.nouns is None:
             return [[] for _ in frames]
-        index, probs = self.nouns.top(self.encoder(self.preprocess(frames)))
+        pixels = self.preprocess(frames)
+        maps, mid = self.encoder.feature_levels(pixels)
+        extra = self.things(maps, mid, denormalise(pixels)).sigmoid() if self.things is not None else None
+        index, probs = self.nouns.top(self.encoder.classify(maps), extra)
         return [[(self.nouns.nouns[i], round(float(p), 4)) for i, p in zip(row, prow) if i]
                 for row, prow in zip(index.tolist(), probs)]
 
     def vision_modules(self) -> list[torch.nn.Module]:
         # The noun block has buffers only (no parameters to cast): its gathered embeddings are cast to the visual
         # tokens' dtype in vision_forward, so an export in float32 carries it as constants.
-        return [self.encoder, self.projector]
+        return [self.encoder, self.projector] + ([self.things] if self.things is not None else [])
 
     # --- identity ---------------------------------------------------------
     def fingerprint(self) -> str:
@@ -318,8 +344,10 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             h.update(f"grid={self.projector.grid} image_size={self.image_size}".encode())
             modules = (("llm", self.model), ("projector", self.projector), ("encoder", self.encoder))
             if self.nouns is not None:  # the table and threshold: a snapshot of another table must not restore
-                h.update(f"nouns={self.nouns.config}".encode())
+                h.update(f"nouns={self.nouns.config} extra={self.nouns.extra}".encode())
                 modules += (("nouns", self.nouns),)
+            if self.things is not None:
+                modules += (("things", self.things),)
             for prefix, module in modules:
                 for name, p in sorted(module.state_dict().items()):
                     h.update(f"{prefix}.{name}".encode())

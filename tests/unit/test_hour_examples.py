@@ -1,0 +1,90 @@
+"""v6's long training examples (tinyvlm/hour_examples.py): answers re-derived from the frames themselves."""
+
+from __future__ import annotations
+
+import pytest
+
+from videokv_node.tinyvlm.drawn import DrawnFrame, DrawnThing
+from videokv_node.tinyvlm.hour_examples import COUNT_WORDS, KINDS, NAMES, HourExampleSampler
+from videokv_node.models.chat_adapter import OPTION_LETTERS
+
+
+def _frame(source: str, i: int, thing: str | None = None) -> DrawnFrame:
+    things = () if thing is None else (DrawnThing(*thing.split(), 0.5, 0.5, 0.5),)
+    return DrawnFrame(source, i, (0.5, 0.5, 1.0), things, 1.0, (1.0, 1.0, 1.0), 0.0, 0.0, i)
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    needles = {n: [_frame("needle", k * 100 + j, n) for j in range(5)] for k, n in enumerate(NAMES)}
+    shots = [[_frame(f"shot{s}", s * 10 + j) for j in range(6)] for s in range(20)]
+    return HourExampleSampler(0, needles, shots, (8, 40), letter_share=0.3)
+
+
+def showings(frames):
+    """Independent reference: runs of consecutive frames showing one thing, as (name, first, last)."""
+    out = []
+    for i, f in enumerate(frames):
+        name = f.things[0].name if f.things else None
+        if name is None:
+            continue
+        if out and out[-1][0] == name and out[-1][2] == i - 1:
+            out[-1] = (name, out[-1][1], i)
+        else:
+            out.append((name, i, i))
+    return out
+
+
+def right(ex) -> str:
+    return ex.options[OPTION_LETTERS.index(ex.answer)] if ex.options else ex.answer
+
+
+def test_answers_rederived_from_the_frames(sampler):
+    kinds = set()
+    for _ in range(400):
+        ex = sampler.example()
+        kinds.add(ex.kind)
+        runs = showings(ex.scenes)
+        seen = list(dict.fromkeys(n for n, _, _ in runs))
+        assert 8 <= len(ex.scenes) <= 40 + 6
+        assert 2 <= len(seen) <= 3 and len({n.split()[0] for n in seen}) == len(seen) == len({n.split()[1] for n in seen})
+        answer, q = right(ex), ex.question
+        if ex.kind == "hour colour":
+            shape = next(s for s in ("circle", "square", "triangle") if s in q)
+            assert f"{answer} {shape}" in seen
+        elif ex.kind == "hour shape":
+            colour = next(c for c in ("red", "green", "blue", "yellow") if c in q)
+            assert f"{colour} {answer}" in seen
+        elif ex.kind == "hour count":
+            x = next(n for n in seen if n in q)
+            assert answer == COUNT_WORDS[sum(1 for n, _, _ in runs if n == x) - 1]
+        elif ex.kind == "hour order":
+            named = sorted((q.index(n), n) for n in seen if n in q)
+            assert len(named) == 2
+            assert answer == min((n for _, n in named), key=seen.index)
+        else:
+            x = next(n for n in seen if f"the {n}" in q)
+            first = next(i for i, r in enumerate(runs) if r[0] == x)
+            assert answer == next(n for n, _, _ in runs[first + 1:] if n != x)
+        if ex.options:
+            assert ex.answer in OPTION_LETTERS[: len(ex.options)] and len(set(ex.options)) == len(ex.options)
+    assert kinds == set(KINDS)
+
+
+def test_showings_are_apart_and_counts_as_the_hours(sampler):
+    for _ in range(200):
+        frames, shown = sampler.context()
+        assert shown == showings(frames)  # every showing a run of its own: never two touching
+        counts = sorted(sum(1 for n, _, _ in shown if n == x) for x in {n for n, _, _ in shown})
+        assert counts[:-1] == [1] * (len(counts) - 1) and 1 <= counts[-1] <= 3
+        assert all(1 <= last - first + 1 <= 3 for _, first, last in shown)
+
+
+def test_same_seed_same_examples():
+    needles = {n: [_frame("needle", k * 100 + j, n) for j in range(3)] for k, n in enumerate(NAMES)}
+    shots = [[_frame(f"shot{s}", s * 10 + j) for j in range(4)] for s in range(5)]
+    a = HourExampleSampler(3, needles, shots).examples(20)
+    b = HourExampleSampler(3, needles, shots).examples(20)
+    assert a == b
+    with pytest.raises(ValueError, match="no needle frames"):
+        HourExampleSampler(0, {}, shots)

@@ -1,0 +1,132 @@
+"""Questions over contexts the size a memory hands the decoder: ``videokv-tiny`` v6's long examples (issue 43).
+
+v5 trained on 1 to 4 frames; a question of the node reads 8 to 64 frames (a window and retrieved frames),
+and at the hour its ceiling answered 37% (chance ~32%). Here each example is ``frames`` frames of real footage
+(``tinyvlm/drawn.py``'s frames with nothing drawn, in runs of one source as a camera's shots) with two or three
+coloured shapes shown among them as the hour shows its needles (``eval/hour_stream.py``: distinct colours and
+shapes; two shown once and one two or three times, each showing 1 to 3 consecutive frames, at least one other
+frame between showings), and one question of the hour's kinds (``eval/hour_questions.py``): a shape's colour, a
+colour's shape, which came first, what came right after, how many times. The trainer lays the frames out with the
+engine's position gaps (``ProjectorTrainer``'s ``max_gap``).
+
+Wordings: ``WORDINGS``, none of them the hour's (``eval/hour_questions.py`` asks in words training never uses,
+tests/unit/test_hour_examples.py checks). Answers are the option texts the node's likelihood scoring compares
+("red", "triangle", "the red circle" is asked as "red circle", "twice"); a ``letter_share`` of them is asked as
+letter multiple choice, as v5's fixed-answer kinds are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from videokv_node.tinyvlm.drawn import DrawnFrame
+from videokv_node.tinyvlm.scenes import COLOURS, SHAPES, Example
+from videokv_node.tinyvlm.variety import with_letter_options
+
+KINDS = ("hour colour", "hour shape", "hour order", "hour after", "hour count")
+COUNT_WORDS = ("once", "twice", "three times", "four times")  # as eval/hour_questions.COUNT_WORDS
+WORDINGS = {
+    "hour colour": ("What colour was the {shape}?", "Which colour was the {shape} you saw?",
+                    "The {shape} you saw: what colour was it?", "Tell me the colour of the {shape}.",
+                    "What was the colour of the {shape}?"),
+    "hour shape": ("Which shape was the {colour} thing?", "What was the shape of the {colour} thing you saw?",
+                   "The {colour} thing: what shape was it?", "Name the shape of the {colour} thing.",
+                   "What shape did the {colour} thing have?"),
+    "hour order": ("Which came first, the {x} or the {y}?", "Did you see the {x} or the {y} earlier?",
+                   "Which of the {x} and the {y} did you see earlier?", "What showed up first: the {x} or the {y}?"),
+    "hour after": ("What came right after the {x}?", "Which thing did you see next after the {x}?",
+                   "After the {x}, what did you see next?", "What was the next thing you saw after the {x}?"),
+    "hour count": ("How often did you see the {x}?", "How many times was the {x} in view?",
+                   "Count the times you saw the {x}.", "How many separate times did you spot the {x}?"),
+}
+NAMES = tuple(f"{c} {s}" for c in COLOURS for s in SHAPES)
+
+
+class HourExampleSampler:
+    """Long examples from pools of encoded frames: ``needles[name]`` frames showing only that thing, ``shots`` runs of
+    frames showing nothing (a run is one source, as a shot)."""
+
+    def __init__(self, seed: int, needles: dict[str, list[DrawnFrame]], shots: list[list[DrawnFrame]],
+                 frames: tuple[int, int] = (8, 48), letter_share: float = 0.3):
+        missing = [n for n in NAMES if not needles.get(n)]
+        if missing:
+            raise ValueError(f"no needle frames for {missing}")
+        self.rng = np.random.default_rng([seed, 4343])
+        self.needles, self.shots = needles, [s for s in shots if s]
+        self.frames, self.letter_share = frames, letter_share
+
+    def _background(self, n: int) -> list[DrawnFrame]:
+        out: list[DrawnFrame] = []
+        while len(out) < n:
+            shot = self.shots[int(self.rng.integers(len(self.shots)))]
+            out += shot[: int(self.rng.integers(1, len(shot) + 1))]
+        return out[:n]
+
+    def context(self) -> tuple[list[DrawnFrame], list[tuple[str, int, int]]]:
+        """Frames and the showings as (thing name, first frame, last frame), in time order."""
+        rng = self.rng
+        n = int(rng.integers(self.frames[0], self.frames[1] + 1))
+        k = 3 if rng.random() < 0.7 else 2
+        colours = [str(c) for c in rng.permutation(list(COLOURS))[:k]]
+        shapes = [str(s) for s in rng.permutation(list(SHAPES))[:k]]
+        names = [f"{c} {s}" for c, s in zip(colours, shapes)]
+        counts = [1] * k
+        counts[int(rng.integers(k))] = int(rng.integers(1, 4))
+        order = [t for t, c in enumerate(counts) for _ in range(c)]
+        order = [order[i] for i in rng.permutation(len(order))]
+        lengths = [int(rng.integers(1, 4)) for _ in order]
+        n = max(n, sum(lengths) + len(order) - 1)  # room for the showings and a frame between each two
+        spare = n - sum(lengths) - (len(order) - 1)
+        gaps = rng.multinomial(spare, np.full(len(order) + 1, 1 / (len(order) + 1))).tolist()
+        gaps = [g + (1 if 0 < i < len(order) else 0) for i, g in enumerate(gaps)]
+        background = self._background(sum(gaps))
+        frames, showings, b = [], [], 0
+        for i, (t, length) in enumerate(zip(order, lengths)):
+            frames += background[b : b + gaps[i]]
+            b += gaps[i]
+            pool = self.needles[names[t]]
+            first = len(frames)
+            frames += [pool[int(rng.integers(len(pool)))] for _ in range(length)]
+            showings.append((names[t], first, len(frames) - 1))
+        frames += background[b:]
+        return frames, showings
+
+    def example(self) -> Example:
+        frames, showings = self.context()
+        rng = self.rng
+        seen = list(dict.fromkeys(name for name, _, _ in showings))
+        kinds = ["hour colour", "hour shape", "hour count"] + (["hour order", "hour after"] if len(seen) > 1 else [])
+        kind = kinds[int(rng.integers(len(kinds)))]
+        words = WORDINGS[kind]
+        wording = words[int(rng.integers(len(words)))]
+        x = seen[int(rng.integers(len(seen)))]
+        colour, shape = x.split()
+        values: tuple[str, ...]
+        if kind == "hour colour":
+            q, a, values = wording.format(shape=shape), colour, tuple(COLOURS)
+        elif kind == "hour shape":
+            q, a, values = wording.format(colour=colour), shape, SHAPES
+        elif kind == "hour count":
+            a = COUNT_WORDS[sum(1 for name, _, _ in showings if name == x) - 1]
+            q, values = wording.format(x=x), COUNT_WORDS
+        elif kind == "hour order":
+            y = next(s for s in seen if s != x) if rng.random() < 0.5 else seen[int(rng.integers(len(seen)))]
+            if y == x:
+                y = next(s for s in seen if s != x)
+            pair = [x, y] if rng.random() < 0.5 else [y, x]
+            q, a, values = wording.format(x=pair[0], y=pair[1]), seen[min(seen.index(x), seen.index(y))], tuple(pair)
+        else:  # after: the next other thing shown after x's first showing
+            start = next(i for i, (name, _, _) in enumerate(showings) if name == x)
+            later = [name for name, _, _ in showings[start + 1 :] if name != x]
+            if not later:
+                x = seen[0]
+                start = 0
+                later = [name for name, _, _ in showings[1:] if name != x]
+            q, a, values = wording.format(x=x), later[0], tuple(n for n in NAMES if n != x)
+        ex = Example(tuple(frames), q, a, kind)
+        if rng.random() < self.letter_share:
+            ex = with_letter_options(ex, values, rng, n=min(4, len(values)))
+        return ex
+
+    def examples(self, n: int) -> list[Example]:
+        return [self.example() for _ in range(n)]

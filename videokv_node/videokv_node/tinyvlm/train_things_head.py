@@ -1,0 +1,162 @@
+"""Train ``videokv-tiny`` v6's drawn-things head: ``python -m videokv_node.tinyvlm.train_things_head``.
+
+The head (``models/things_head.py``) reads the frozen encoder's cells, so each frame of
+``tinyvlm/drawn.py`` is encoded once (``drawn_features.encode_drawn``) and the head trains on the cache in
+minutes: binary cross-entropy of each thing's frame-level logit (the largest over the cells) against whether
+the frame shows it. Seeded and deterministic on one thread count.
+
+Scored (``score``) as the noun block uses it: the words a frame gets are the things whose probability reaches
+the threshold, at most ``slots`` of them; per split, the share of frames whose written words are exactly the
+drawn things, the share of frames with nothing drawn that get a word anyway (a false word puts a shape into the
+memory's word index and the decoder's context: it must be rare), and per drawn thing whether its word is
+written, by size. ``val`` picks the threshold (the lowest whose false-word rate is under ``--max-false``);
+``test`` (held-out footage, and held-out sizes) is only reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from videokv_node.models.things_head import HEAD_FILE, THING_NAMES, ThingHead
+from videokv_node.tinyvlm.drawn import DrawnFrame, DrawnSampler
+
+SIZE_BINS = ((0.0, 0.28), (0.28, 0.36), (0.36, 0.5), (0.5, 1.0))
+
+
+def targets(frames: list[DrawnFrame], names: tuple[str, ...] = THING_NAMES) -> torch.Tensor:
+    """(F, things) 1.0 where the frame shows that thing."""
+    index = {n: i for i, n in enumerate(names)}
+    y = torch.zeros(len(frames), len(names))
+    for r, f in enumerate(frames):
+        for n in f.names:
+            y[r, index[n]] = 1.0
+    return y
+
+
+def written(probs: torch.Tensor, threshold: float, slots: int, names: tuple[str, ...] = THING_NAMES) -> list[set[str]]:
+    """Per frame the words the noun block would write: the ``slots`` most probable reaching ``threshold``."""
+    p, i = probs.topk(min(slots, probs.shape[1]), -1)
+    return [{names[j] for j, q in zip(row_i, row_p) if q >= threshold} for row_i, row_p in zip(i.tolist(), p.tolist())]
+
+
+def score(probs: torch.Tensor, frames: list[DrawnFrame], threshold: float, slots: int = 2) -> dict:
+    words = written(probs, threshold, slots)
+    exact = [w == set(f.names[:slots]) if len(f.names) <= slots else w <= set(f.names) and len(w) == slots
+             for w, f in zip(words, frames)]
+    empty = [bool(w) for w, f in zip(words, frames) if not f.things]
+    single = [(w, f.things[0]) for w, f in zip(words, frames) if len(f.things) == 1]
+    by_size: dict[str, list[bool]] = {f"{lo:.2f}-{hi:.2f}": [] for lo, hi in SIZE_BINS}
+    for w, f in zip(words, frames):
+        for t in f.things:
+            key = next(f"{lo:.2f}-{hi:.2f}" for lo, hi in SIZE_BINS if lo <= t.side < hi)
+            by_size[key].append(t.name in w)
+    mean = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+    return {
+        "frames": len(frames), "threshold": threshold,
+        "exact_words": mean(exact),
+        "false_word_rate": mean(empty), "frames_without_things": len(empty),
+        "single_colour": mean([any(x.split()[0] == t.colour for x in w) for w, t in single]),
+        "single_shape": mean([any(x.split()[1] == t.shape for x in w) for w, t in single]),
+        "single_named": mean([t.name in w for w, t in single]), "single_frames": len(single),
+        "named_by_side": {k: mean(v) for k, v in by_size.items()},
+    }
+
+
+def pick_threshold(probs: torch.Tensor, frames: list[DrawnFrame], max_false: float) -> float:
+    """The lowest threshold of a grid whose false-word rate on ``frames`` is at most ``max_false``."""
+    for t in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95):
+        if score(probs, frames, t)["false_word_rate"] <= max_false:
+            return t
+    return 0.95
+
+
+def fit(head: ThingHead, cells: torch.Tensor, y: torch.Tensor, steps: int, batch: int, lr: float, seed: int,
+        log=print) -> list[list[float]]:
+    """AdamW with a cosine schedule on (F, cells, dim) float16 cells; returns the loss curve [[step, loss]]."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
+    curve, acc = [], []
+    head.train()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr * (0.05 + 0.95 * 0.5 * (1 + torch.cos(torch.tensor(step / steps * 3.14159265)).item()))
+        idx = torch.randint(0, len(cells), (batch,), generator=gen)
+        logits = head.logits_from_cells(cells[idx].float())
+        loss = F.binary_cross_entropy_with_logits(logits, y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        acc.append(loss.item())
+        if (step + 1) % 100 == 0:
+            curve.append([step + 1, round(sum(acc) / len(acc), 5)])
+            log(f"head step {step + 1}/{steps} loss {curve[-1][1]:.4f}")
+            acc = []
+    head.eval()
+    return curve
+
+
+@torch.no_grad()
+def probs_of(head: ThingHead, cells: torch.Tensor) -> torch.Tensor:
+    return torch.cat([head.logits_from_cells(cells[i : i + 512].float()).sigmoid() for i in range(0, len(cells), 512)])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-frames", type=int, default=12000)
+    p.add_argument("--eval-frames", type=int, default=1500, help="frames of val, of test, and of test at held-out sizes")
+    p.add_argument("--hidden", type=int, default=96)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--max-false", type=float, default=0.005, help="false-word rate the threshold must keep on val")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--feature-cache", type=Path, default=None)
+    p.add_argument("--out", type=Path, required=True, help="directory for things.safetensors and things-head.json")
+    args = p.parse_args(argv)
+
+    from videokv_node.models.efficientnet_lite import load_efficientnet_lite0
+    from videokv_node.models.videokv_tiny import Projector
+    from videokv_node.tinyvlm.drawn_features import encode_drawn
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    t0 = time.monotonic()
+    sets = {
+        "train": DrawnSampler("train", args.seed).frames(args.train_frames),
+        "val": DrawnSampler("val", args.seed + 1).frames(args.eval_frames),
+        "test": DrawnSampler("test", args.seed + 2).frames(args.eval_frames),
+        "test_held_out_sizes": DrawnSampler("test", args.seed + 3, held_out_sizes=True).frames(args.eval_frames),
+    }
+    encoder = load_efficientnet_lite0()
+    head = ThingHead(hidden=args.hidden)
+    projector = Projector(576, colour_stats=True)  # only its pooling is used (no weights): the LM stage's features
+    feats = encode_drawn(args.feature_cache, encoder, head, projector, [f for v in sets.values() for f in v], log=print)
+    t_enc = time.monotonic() - t0
+    cells = {k: torch.stack([feats[f]["cells"] for f in v]) for k, v in sets.items()}
+    curve = fit(head, cells["train"], targets(sets["train"]), args.steps, args.batch, args.lr, args.seed)
+    probs = {k: probs_of(head, c) for k, c in cells.items()}
+    threshold = pick_threshold(probs["val"], sets["val"], args.max_false)
+    report = {
+        "what": "videokv-tiny v6 drawn-things head (models/things_head.py) on tinyvlm/drawn.py frames",
+        "command": "python -m videokv_node.tinyvlm.train_things_head " + " ".join(argv or []),
+        "seed": args.seed, "hidden": args.hidden, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "frames": {k: len(v) for k, v in sets.items()}, "threshold": threshold, "max_false": args.max_false,
+        "loss_curve": curve, "encode_s": round(t_enc), "wall_s": round(time.monotonic() - t0),
+        "scores": {k: score(probs[k], sets[k], threshold) for k in sets},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, args.out / HEAD_FILE)
+    (args.out / "things-head.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report["scores"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
