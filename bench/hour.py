@@ -129,7 +129,7 @@ def run_stream(adapter, stream, rows: list[Row]) -> None:
     first, last = max(1, n // 10), n - max(1, n // 10)
     pending = list(questions)
     t0 = time.perf_counter()
-    for i in range(n):
+    for i in range(n if engines else 0):  # the ceiling alone (--policies '' --without ...) needs no pass over the stream
         frame = _frame(stream, i, stream.frame(i))
         adapter.encode_frames([frame.rgb])  # the one vision encoding; every row below hits the cache
         for engine, _, served in engines.values():

@@ -82,7 +82,10 @@ def test_ros_replay_gives_the_engine_replays_answers(ros, tmp_path):
     assert engine_summary["bag"]["frames_dropped"] == 1 == ros_summary["node_frames_dropped"]
     assert engine_summary["peak_bytes_offloaded"] > 0  # the budget made rekv offload: not a trivial memory
     fields = ("question", "stream_time_s", "prediction", "option_index", "evidence_stamps", "frames_in_memory",
-              "tokens_resident", "bytes_resident", "bytes_offloaded")
+              "tokens_resident", "bytes_resident", "bytes_offloaded", "method")
+    # each reply names the scoring the node used (its answer.option_scoring, read from the node): "likelihood" here,
+    # as the engine's rows say (issue 43: every ROS row said "letter")
+    assert {r.method for r in ros_rows.rows if r.method} == {settings.generation.answer.option_scoring}
     for e, r in zip(engine_rows.rows, ros_rows.rows, strict=True):
         assert [getattr(e, f) for f in fields] == [getattr(r, f) for f in fields]
     assert START + 2 * NS in engine_rows.rows[1].evidence_stamps  # the unstamped frame, in the recent window at 2.0 s

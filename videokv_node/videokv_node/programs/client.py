@@ -15,6 +15,7 @@ from typing import NamedTuple
 import rclpy
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
+from rcl_interfaces.srv import GetParameters
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -64,6 +65,7 @@ class MemoryClient:
         self._save = self.node.create_client(SaveMemory, f"{node_name}/save_memory")
         self._load = self.node.create_client(LoadMemory, f"{node_name}/load_memory")
         self._locate = self.node.create_client(Locate, f"{node_name}/locate")
+        self._get_parameters = self.node.create_client(GetParameters, f"{node_name}/get_parameters")
         self._ask_action = ActionClient(self.node, AskVideoAction, f"{node_name}/ask")
         # The action's feedback read by a subscription of our own, not ActionClient's feedback
         # callback: rclpy drops a goal's feedback callback as soon as its result arrives, and the
@@ -214,6 +216,17 @@ class MemoryClient:
         req = Locate.Request(query=query, top_k=top_k, cameras=list(cameras or []),
                              since=ns_to_time(since_ns), until=ns_to_time(until_ns))
         return self._call(self._locate, req, timeout)
+
+    def parameter(self, name: str, timeout: float = 30.0):
+        """The node's parameter ``name`` as a Python value (as ``ros2 param get`` reads it), or None where the node
+        has no such parameter."""
+        from rclpy.parameter import parameter_value_to_python
+
+        if not self._get_parameters.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError("the node's get_parameters service is not up")
+        response = self._call(self._get_parameters, GetParameters.Request(names=[name]), timeout)
+        values = list(response.values)
+        return parameter_value_to_python(values[0]) if values and values[0].type else None
 
     def reset(self, timeout: float = 60.0):
         return self._call(self._reset, Trigger.Request(), timeout)

@@ -102,6 +102,9 @@ class RosTarget:
         self._awaited = [pub for t, pub in self._relay.items() if t == pose_topic or (tf and t in ("/tf", "/tf_static"))]
         try:
             self._wait_up()
+            # How the node scores options (answer.option_scoring): each reply names it (issue 43: the report called
+            # every answer "letter" while the node scored by likelihood)
+            self.option_scoring = str(self.client.parameter("answer.option_scoring") or "")
         except BaseException:
             self.close()
             raise
@@ -167,7 +170,7 @@ class RosTarget:
         stamps = [int(t.sec) * NS_PER_S + int(t.nanosec) for t in resp.evidence_stamps]
         poses = [_xy_yaw(p) for p in resp.evidence_poses]
         return Reply(resp.answer, int(resp.option_index), stamps, float(resp.ttft_s), float(resp.total_s),
-                     "letter" if q.choices else "", evidence_poses=poses)
+                     self.option_scoring if q.choices else "", evidence_poses=poses)
 
     def memory(self) -> MemoryState:
         s = self._last
