@@ -53,9 +53,12 @@ _STREAMKV = {
     "streamkv.similarity": "mean",
     "streamkv.min_segment_frames": 4,
     "streamkv.max_segment_frames": 64,
+    # The paper closes a segment by similarity alone, merging past M: our time cap (30 s = 16 frames at
+    # 0.5 fps, so M = 64 was never reached) is off (issue 44, item 1).
+    "streamkv.max_segment_s": 0.0,
     "streamkv.summary_frames": True,
     "streamkv.compression_ratio": 0.6,
-    "streamkv.retrieve_frames": 8,
+    "streamkv.retrieve_frames": 8,  # the paper's N_r; its code's eval.sh retrieves 64 (departure P4, docs/POLICIES.md)
     "streamkv.split": "code",  # the code's layer budgets too (standardised scores, counts within 1 -/+ 0.75 or 0.25 of the mean)
 }
 # HERMES (seed 002, its script inference/llavaov_online_official.py): budgets 4K / 6K video
