@@ -4,6 +4,10 @@ transformers' eager attention), never against the module's helpers."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,6 +44,141 @@ def test_paper_values_are_the_seeds():
     # Only the policy's own values: the paper ReKV leaves HERMES' budget alone.
     assert preset_memory_config("paper", "rekv").budget_tokens == MemoryConfig().budget_tokens
     assert set(PAPER) == set(POLICIES)
+
+# --- every field's `paper` value: the seed's, or a departure declared in docs/POLICIES.md (issue 44) ---
+
+SEED, OURS = "seed", "ours"  # the seed's value; no seed has it, or only a mechanism paper turns off reads it
+_GUIDANCE = StreamKVConfig().guidance_prompt
+# Every field of MemoryConfig and its sections -> {policy: (source, value)}: source is SEED, OURS or the
+# number of a departure kept under `paper` (docs/POLICIES.md). A policy not named keeps the robot value
+# (the preset gives a policy its own values only). Written from the seeds and the authors' code, not read
+# from presets.py: a field added to the config without a row here fails below.
+PAPER_FIELDS: dict[str, dict[str, tuple[str, object]]] = {
+    "policy": {}, "preset": {},  # the choice itself, checked apart
+    "question_stage": {p: (OURS, "none") for p in POLICIES},
+    "budget_tokens": {"hermes": (SEED, 4096), **{p: (OURS, 16384) for p in ("full", "rekv", "streamkv", "mukv")}},
+    "offload_bytes": {p: ("P1", 1 << 30) for p in ("rekv", "streamkv", "mukv")},
+    "local_window_tokens": {"rekv": ("P13", 15000), "streamkv": ("P5", 15000), "mukv": ("P5", 15000)},  # 15K: the seeds'; P5/P13 how it is counted
+    "retrieve_frames": {"rekv": (SEED, 64)},
+    "prefill_batch": {p: (OURS, 4) for p in POLICIES},
+    "page_tokens": {p: (OURS, 4) for p in POLICIES},
+    "max_question_tokens": {p: (OURS, 512) for p in POLICIES},
+    **{f"snapshot_{n}": {} for n in ("dir", "on_shutdown", "period_s", "keep")}, "restore_on_start": {},
+    "rekv.query": {"rekv": ("P14", "question")},
+    "rekv.question_window": {"rekv": (SEED, False)},
+    "rekv.selection": {"rekv": (SEED, "layer")},
+    "rekv.rerank": {"rekv": (SEED, 0)}, "rekv.contrast": {"rekv": (SEED, 0)}, "rekv.words": {"rekv": (SEED, 0.0)},
+    "rekv.rerank_keep": {"rekv": (OURS, 0.5)},
+    "streamkv.similarity_threshold": {"streamkv": (SEED, 0.99)},
+    "streamkv.similarity": {"streamkv": (SEED, "mean")},  # the code's, with which the threshold was set
+    "streamkv.min_segment_frames": {"streamkv": (SEED, 4)},
+    "streamkv.max_segment_frames": {"streamkv": (SEED, 64)},
+    "streamkv.max_segment_s": {"streamkv": (SEED, 0.0)},  # issue 44 item 1: no time cap, M = 64 reached
+    "streamkv.summary_frames": {"streamkv": (SEED, True)},
+    "streamkv.compression_ratio": {"streamkv": ("P3", 0.6)},
+    "streamkv.retrieve_frames": {"streamkv": ("P4", 8)},
+    "streamkv.split": {"streamkv": ("P2", "code")},
+    "streamkv.guidance_prompt": {"streamkv": ("P6", _GUIDANCE)},
+    "hermes.shallow_ratio": {"hermes": (SEED, 0.1)}, "hermes.deep_ratio": {"hermes": (SEED, 0.3)},
+    "hermes.recency_rate": {"hermes": (SEED, 20.0)}, "hermes.recency": {"hermes": (SEED, "token")},
+    "hermes.budget_rule": {"hermes": (SEED, "script")}, "hermes.recency_rate_deep": {"hermes": (SEED, 0.5)},
+    "hermes.omega0": {"hermes": (SEED, 1.0)}, "hermes.omega_gamma": {"hermes": (SEED, 0.9)},
+    "hermes.schedule_end": {"hermes": (SEED, "first_deep")},
+    "hermes.smoothing_shallow": {"hermes": ("P10", 0.1)}, "hermes.smoothing_middle": {"hermes": ("P10", 0.3)},
+    "hermes.smoothing_deep": {"hermes": ("P10", 0.4)},
+    "hermes.chunk_frames": {"hermes": (SEED, 16)},
+    "hermes.summary_token": {"hermes": ("P8", True)},
+    "hermes.reindex": {"hermes": (SEED, "lazy")}, "hermes.reindex_at": {"hermes": ("P9", 0.9)},
+    "hermes.pseudo_query": {"hermes": (OURS, HermesConfig().pseudo_query)},
+    "hermes.pseudo_queries": {"hermes": (SEED, "live")},
+    "hermes.local_query": {"hermes": ("P7", HermesConfig().local_query)}, "hermes.global_query": {"hermes": ("P7", HermesConfig().global_query)},
+    "mukv.granularities": {"mukv": (SEED, ("patch", "frame", "segment"))},
+    "mukv.patch_split": {"mukv": (SEED, 4)}, "mukv.segment_frames": {"mukv": (SEED, 4)},
+    **{f"mukv.{k}_{g}": {"mukv": (SEED, v)} for k, vals in (("alpha", (0.5, 0.7, 0.8)), ("keep", (0.1, 0.1, 0.8)),
+                                                       ("retrieve", (20, 32, 12)), ("rerank", (0.3, 0.3, 0.0)))
+       for g, v in zip(("patch", "frame", "segment"), vals)},
+    "mukv.top_segments": {"mukv": (SEED, 5)}, "mukv.over_retrieval": {"mukv": (SEED, 2)},
+    "tgvkv.keep_ratio": {p: (SEED, 0.05) for p in POLICIES},
+    "redundancy.enabled": {p: (SEED, False) for p in POLICIES},  # every seed encodes every sampled frame
+    "redundancy.max_cell_diff": {}, "redundancy.max_mean_diff": {}, "redundancy.grid": {},  # read only when enabled
+}
+
+
+def _flat_fields(cfg) -> dict[str, object]:
+    out = {}
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        out.update({f"{f.name}.{g.name}": getattr(value, g.name) for g in fields(value)} if is_dataclass(value) else {f.name: value})
+    return out
+
+
+def _declared_departures() -> dict[str, str]:
+    """docs/POLICIES.md's "Departures kept under `paper`": number -> the item's text."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "POLICIES.md").read_text()
+    section = text.split("### Departures kept under `paper`", 1)[1].split("\n## ", 1)[0]
+    items = re.split(r"^- \*\*(P\d+)\*\*", section, flags=re.M)
+    return {items[i]: items[i + 1] for i in range(1, len(items), 2)} | {OURS: items[-1].split("\n\n")[-1]}
+
+
+def test_every_field_is_the_seeds_or_a_declared_departure_under_paper():
+    robot = _flat_fields(MemoryConfig())
+    assert sorted(PAPER_FIELDS) == sorted(robot), "each config field needs a row in PAPER_FIELDS"
+    declared = _declared_departures()
+    for policy in POLICIES:
+        paper = _flat_fields(preset_memory_config("paper", policy))
+        assert (paper.pop("policy"), paper.pop("preset")) == (policy, "paper")
+        for name, value in paper.items():
+            source, expected = PAPER_FIELDS[name].get(policy, (OURS, robot[name]))
+            assert value == expected, f"{policy}: memory.{name} is {value!r} under paper, the table says {expected!r} ({source})"
+            if source == SEED:
+                continue
+            assert source in declared, f"memory.{name} cites {source}, not in docs/POLICIES.md's list"
+            if source == OURS and name not in _own_fields(policy):
+                continue  # another policy's field: "every field of a policy other than the one in use"
+            section, _, last = name.rpartition(".")
+            stem = re.sub(r"_(shallow|middle|deep)$", "_*", last)
+            # The item names the field: in full, by its last part, or as its section's "<section>.*".
+            assert any(w in declared[source] for w in (name, f"`{last}`", f"`{section}.{stem}`", f"`{section}.*`") if w), (
+                f"{source} in docs/POLICIES.md does not name memory.{name}")
+
+
+def _own_fields(policy: str) -> set[str]:
+    """The fields the table gives ``policy`` a value for (its own, and the ones every policy reads)."""
+    return {name for name, per in PAPER_FIELDS.items() if policy in per}
+
+
+def test_the_departure_list_is_numbered_once_and_in_order():
+    numbers = [int(n[1:]) for n in _declared_departures() if n != OURS]
+    assert numbers == list(range(1, len(numbers) + 1))
+    cited = {src for per in PAPER_FIELDS.values() for src, _ in per.values()} - {SEED, OURS}
+    assert cited <= set(_declared_departures())
+
+
+def test_streamkv_paper_segments_merge_past_m_instead_of_closing_by_time(tiny_adapter):
+    """Item 1: at 0.5 fps (2 s apart) identical frames never cross the threshold; the robot's 30 s cap
+    closes the segment after 16 frames, paper keeps it open and merges past M (4 here) members."""
+    from videokv_node.memory.policies.factory import make_policy
+    from videokv_node.memory.policies.base import Unit
+
+    feat = tiny_adapter.encode_frames([random_frames(1, seed=5)[0].rgb])[0]  # (T, hidden), the same every frame
+    offsets = tiny_adapter.text_positions(0, tiny_adapter.tokens_per_frame)  # (P, T)
+
+    def run(preset: str) -> tuple[list[int], int]:
+        cfg = preset_memory_config(preset, "streamkv", local_window_tokens=16, **{"streamkv.max_segment_frames": 4})
+        policy = make_policy(cfg, tiny_adapter)
+        closed = []
+        for i in range(40):
+            jobs = policy.on_frame(None, Unit(feat=feat, offsets=offsets, camera="c", stamp_ns=i * 2_000_000_000))
+            closed += [len(j.units) for j in jobs]
+        return closed, len(policy.segmenter.pending)
+
+    assert preset_memory_config("paper", "streamkv").streamkv.max_segment_s == 0.0
+    assert MemoryConfig().streamkv.max_segment_s == 30.0  # robot, the node's default, unchanged
+    robot_closed, _ = run("robot")
+    assert robot_closed == [4 + 1, 4 + 1]  # frames 0-15 and 16-31 (30 s spans), each merged to 4 members + summary
+    paper_closed, open_members = run("paper")
+    assert paper_closed == [] and open_members == 4  # one open segment of 40 frames merged into M = 4 members
+
 
 def test_an_explicit_value_wins_over_the_preset():
     cfg = preset_memory_config("paper", "rekv", retrieve_frames=16, **{"rekv.query": "prompt"})
