@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.unit import references as ref
 from tests.unit.helpers import random_frames, scene
 from videokv_node.eval.settings import engine_settings
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
@@ -243,7 +244,7 @@ def test_rekv_paper_retrieves_from_all_blocks_with_the_question_tokens(tiny_adap
     def top2(rows: slice) -> list[int]:
         q = q_all[rows].mean(0).view(geo.n_kv_heads, -1, geo.head_dim).mean(1)  # (H_kv, D)
         blocks = list(engine.store.blocks())
-        scores = [float((q * a.rotate_keys(b.layers[0].keys, -b.positions[0]).mean(1)).sum()) for b in blocks]
+        scores = [float((q.double() * ref.pre_rope_key_mean(a, b.layers[0].keys, b.positions[0])).sum()) for b in blocks]
         return sorted(blocks[i].block_id for i in sorted(range(len(blocks)), key=lambda i: -scores[i])[:2])
 
     expected = top2(slice(start, start + len(own)))
