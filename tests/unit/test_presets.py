@@ -463,3 +463,64 @@ def test_hermes_script_budget_rule_keeps_kv_size_at_each_chunk_end(tiny_adapter6
             assert held == [kv_size - (1 if r == "deep" else 0) for r in roles]
     # Frames 1-4 hold 4 T > kv_size at frame 4 (a chunk's end): compressions there and every chunk after.
     assert compressions == [4, 6, 8]
+
+
+# --- declared departures, pinned (docs/POLICIES.md "Departures kept under `paper`") -----------------
+
+def test_p5_streamkv_paper_window_holds_the_blocks_as_compressed(tiny_adapter):
+    """P5: under paper a layer's encoding window lacks the frame blocks SelectKV dropped there (the code's
+    would hold every frame raw): each layer holds ceil((1 - theta) T_i) of each segment's T_i frames."""
+    from videokv_node.memory.context.encoding import EncodeJob
+
+    a = tiny_adapter
+    T, L, sink = a.tokens_per_frame, a.geometry.n_layers, len(a.prefix_ids())
+    cfg = preset_memory_config("paper", "streamkv", local_window_tokens=60 * T, budget_tokens=sink + 200 * T,
+                               **{"streamkv.min_segment_frames": 4, "streamkv.max_segment_frames": 8,
+                                  "streamkv.split": "softmax", "streamkv.compression_ratio": 0.5})
+    e = VideoMemoryEngine(a, cfg, GenerationConfig(max_new_tokens=1))
+    made = {}
+    for f in scene(30, seed=9, scene_len=6):
+        made.update({b.block_id: b for b in e.ingest([f])})  # every block made, those evicted since included
+    window = {b.block_id for b in e.policy.encoding_context(e.store, EncodeJob([]))}
+    segments, current = [], []
+    for b in sorted(made.values(), key=lambda b: b.order):  # time order: a segment's frames, then its summary
+        if b.kind == "summary":
+            segments.append(current)
+            current = []
+        else:
+            current.append(b)
+    assert len(segments) >= 3 and all(b.block_id in window for frames in segments for b in frames if b in e.store)
+    for frames in segments:
+        held = [sum(b in e.store and b.block_id in window and b.layers[l] is not None for b in frames) for l in range(L)]
+        assert sum(held) == -(-len(frames) // 2) * L  # ceil(0.5 T_i) x L, as compressed
+        assert all(h < len(frames) for h in held)  # a raw window would hold all T_i frames in every layer
+    e.close()
+
+
+def test_p8_hermes_paper_summary_token_stands_after_the_sink_and_is_never_scored(tiny_adapter64):
+    """P8: one summary token per deep layer at the position right after the sink, kept through every
+    compression (the script's is appended after the newest kept token and may be pruned)."""
+    from videokv_node.memory.scoring.hermes import layer_roles
+
+    a = tiny_adapter64
+    T, sink = a.tokens_per_frame, len(a.prefix_ids())
+    cfg = preset_memory_config("paper", "hermes", budget_tokens=3 * T, local_window_tokens=T, **{"hermes.chunk_frames": 2})
+    e = VideoMemoryEngine(a, cfg, GenerationConfig(max_new_tokens=1))
+    roles = layer_roles(a.geometry.n_layers, cfg.hermes.shallow_ratio, cfg.hermes.deep_ratio)
+    assert "deep" in roles
+    seen = set()
+    for f in random_frames(12, seed=3):
+        e.ingest([f])
+        summary = e.policy.summary
+        if summary is None:
+            continue
+        seen.add(summary.block_id)
+        assert summary in e.store and summary.protected
+        for l, role in enumerate(roles):
+            kv = summary.layers[l]
+            if role != "deep":
+                assert kv is None
+                continue
+            assert kv.n_tokens == 1 and int(kv.logical.reshape(-1)[0]) == sink  # right after the sink
+    assert len(seen) == 1  # one summary token for the stream, never pruned nor replaced
+    e.close()
