@@ -12,7 +12,9 @@ Two presets:
   (15K window, 8 frames, threshold 0.99 on the mean features), HERMES' script (4K video tokens
   kept per layer at each chunk's end, recency by place in the cache, the middle layers' forgetting rate 20 -> 0.5 and recency weight 1 -> 0.1 up to
   the first deep layer, local/global/mixed pseudo-queries over the live cache), MuKV's and
-  TGV-KV's main settings.
+  TGV-KV's main settings. Where ``paper`` still departs from a seed (or from the authors' code it
+  follows), on purpose, the departure is numbered in docs/POLICIES.md ("Departures kept under
+  `paper`", P1-P14) and cited at the place in the code where it lives.
 
 Precedence, highest first: a parameter given explicitly (a ROS parameter file, launch
 argument or ``--param``; a keyword of ``preset_memory_config``), then the preset's value for
