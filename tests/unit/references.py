@@ -44,6 +44,14 @@ def rope_rotate(k: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) ->
     return torch.cat([out.real, out.imag], dim=-1)  # (..., T, D)
 
 
+def pre_rope_key_mean(adapter, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(H, D) mean over tokens of keys (H, T, D) stored rotated at 1-D ``positions`` (T,), rotated back to
+    no position with ``rope_rotate`` and the model's own frequencies (its ``rotary_emb.inv_freq``), float64:
+    ReKV's block key, not read from ``FrameBlock.key_mean`` nor rotated by the adapter's ``rotate_keys``."""
+    inv_freq = adapter.model.model.language_model.rotary_emb.inv_freq
+    return rope_rotate(keys, -positions.reshape(-1), inv_freq).mean(-2)
+
+
 def mean_query(queries: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     """One layer's (n, H_q, D) queries -> (H_kv * D,): mean over tokens, then over each GQA group."""
     n, h_q, d = queries.shape

@@ -17,6 +17,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
+from tests.unit import references as ref
 from tests.unit.helpers import block_keys, block_values, greedy, plain_forward, random_frames
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import ReKVConfig
@@ -166,8 +167,8 @@ def test_layer0_retrieval_picks_the_block_the_question_query_prefers(tiny_adapte
     pool = blocks[:-1]  # the newest frame is the fixed recent window
     scores = []
     for b in pool:
-        k_un = a.rotate_keys(b.layers[0].keys, -b.positions[0])  # (H, T, D) pre-RoPE
-        scores.append(float((q * k_un.mean(1)).sum().detach()))
+        k_mean = ref.pre_rope_key_mean(a, b.layers[0].keys, b.positions[0])  # (H, D) pre-RoPE, our own RoPE
+        scores.append(float((q.double() * k_mean).sum().detach()))
     best = sorted(range(len(pool)), key=lambda i: -scores[i])[:2]
     expected = sorted([pool[i].block_id for i in best] + [blocks[-1].block_id])
     assert engine.last_layer_blocks[0] == expected

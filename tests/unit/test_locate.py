@@ -17,6 +17,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
+from tests.unit import references as ref
 from tests.unit.helpers import plain_forward, random_frames, stream_positions
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
 from videokv_node.config_base import ConfigError
@@ -104,12 +105,14 @@ def test_rekv_locate_ranks_by_the_layer_mean_of_rekv_scores(tiny_adapter64, monk
     g = geo.n_q_heads // geo.n_kv_heads
     expected = {}
     for b in e.store.blocks():
+        # the block's mean pre-RoPE keys recomputed from its stored keys by the reference's own RoPE
+        km = torch.stack([ref.pre_rope_key_mean(a, b.layers[l].keys, b.positions[0]) for l in range(geo.n_layers)])  # (L, H, D)
         total = 0.0
         for l in range(geo.n_layers):
             per_head = 0.0
             for h in range(geo.n_kv_heads):
                 qm = q[l, :, h * g:(h + 1) * g].mean(dim=(0, 1))  # mean over tokens and the group's heads
-                per_head += float(qm @ b.key_mean[l, h].double()) / math.sqrt(geo.head_dim)
+                per_head += float(qm @ km[l, h]) / math.sqrt(geo.head_dim)
             total += per_head / geo.n_kv_heads
         expected[b.stamp_ns] = total / geo.n_layers
     calls = count_forwards(monkeypatch, a)
@@ -135,10 +138,12 @@ def test_rekv_shared_locate_ranks_by_the_fused_layer_ranks(tiny_adapter64):
     g = geo.n_q_heads // geo.n_kv_heads
     blocks = list(e.store.blocks())
     fused = {b.stamp_ns: 0.0 for b in blocks}
+    km = {b.block_id: torch.stack([ref.pre_rope_key_mean(a, b.layers[l].keys, b.positions[0]) for l in range(geo.n_layers)])
+          for b in blocks}  # (L, H, D) each, the reference's own RoPE
     for l in range(geo.n_layers):
         score = {}
         for b in blocks:
-            score[b.stamp_ns] = sum(float(q[l, :, h * g:(h + 1) * g].mean(dim=(0, 1)) @ b.key_mean[l, h].double())
+            score[b.stamp_ns] = sum(float(q[l, :, h * g:(h + 1) * g].mean(dim=(0, 1)) @ km[b.block_id][l, h])
                                     for h in range(geo.n_kv_heads))
         for rank, stamp in enumerate(sorted(score, key=lambda s: (-score[s], -s))):  # stamps grow with block ids
             fused[stamp] += 1.0 / (1 + rank) / geo.n_layers

@@ -238,6 +238,19 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter, 
     def pick(scores, total, low, high):
         return ref.selectkv(scores, total) if split == "softmax" else ref.selectkv_code(scores, total, low, high)
 
+    # The representative keys (Eq. 3) recomputed here, not read from ``FrameBlock.key_mean``: each block's
+    # keys as encoded, before SelectKV drops layers, rotated back to no position by the model's own
+    # frequencies (references.rope_rotate, float64) and averaged over tokens, heads concatenated.
+    inv_freq = tiny_adapter.model.model.language_model.rotary_emb.inv_freq
+    rep_of: dict[int, torch.Tensor] = {}
+    add = e.store.add
+
+    def recording_add(block):
+        rep_of[block.block_id] = torch.stack([ref.rope_rotate(kv.keys, -block.positions[0, kv.index], inv_freq).mean(1).reshape(-1)
+                                              for kv in block.layers])  # (L, H_kv * D), float64
+        return add(block)
+
+    e.store.add = recording_add
     seen: dict[int, list] = {}
     for f in scene(30, seed=9, scene_len=6):
         for b in e.ingest([f]):
@@ -253,7 +266,7 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter, 
     probe = ref.probe_queries(tiny_adapter, e.policy.cfg.guidance_prompt)  # (L, n, H_q, D)
     guidance = [ref.mean_query(probe[l], H_kv) for l in range(L)]
     for frames_ in segments:
-        reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames_])  # (T_i, L, H_kv * D)
+        reps = torch.stack([rep_of[b.block_id] for b in frames_])  # (T_i, L, H_kv * D)
         m = 0.5 * len(frames_)
         keep = pick([ref.cosine(reps[:, l], guidance[l]) for l in range(L)], math.ceil(m) * L, max(1, int(m * 0.25)), min(len(frames_), int(m * 1.75)))
         for l in range(L):
@@ -266,7 +279,7 @@ def test_streamkv_keeps_and_retrieves_exactly_what_selectkv_picks(tiny_adapter, 
     candidates = e.candidates(Question(question))
     pending = {b for ids in e.last_layer_blocks for b in ids} - {b.block_id for b in candidates}
     ranges = [[b for b in candidates if b.layers[l] is not None] for l in range(L)]
-    picked = pick([ref.cosine(torch.stack([b.key_mean[l].reshape(-1) for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L, 2.25, 3.75)
+    picked = pick([ref.cosine(torch.stack([rep_of[b.block_id][l] for b in r]), query[l]) for l, r in enumerate(ranges)], 3 * L, 2.25, 3.75)
     for l in range(L):
         expected = sorted([ranges[l][i].block_id for i in picked[l]])
         assert sorted(i for i in e.last_layer_blocks[l] if i not in pending) == expected

@@ -4,9 +4,14 @@ transformers' eager attention), never against the module's helpers."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
 import pytest
 import torch
 
+from tests.unit import references as ref
 from tests.unit.helpers import random_frames, scene
 from videokv_node.eval.settings import engine_settings
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
@@ -40,6 +45,141 @@ def test_paper_values_are_the_seeds():
     # Only the policy's own values: the paper ReKV leaves HERMES' budget alone.
     assert preset_memory_config("paper", "rekv").budget_tokens == MemoryConfig().budget_tokens
     assert set(PAPER) == set(POLICIES)
+
+# --- every field's `paper` value: the seed's, or a departure declared in docs/POLICIES.md (issue 44) ---
+
+SEED, OURS = "seed", "ours"  # the seed's value; no seed has it, or only a mechanism paper turns off reads it
+_GUIDANCE = StreamKVConfig().guidance_prompt
+# Every field of MemoryConfig and its sections -> {policy: (source, value)}: source is SEED, OURS or the
+# number of a departure kept under `paper` (docs/POLICIES.md). A policy not named keeps the robot value
+# (the preset gives a policy its own values only). Written from the seeds and the authors' code, not read
+# from presets.py: a field added to the config without a row here fails below.
+PAPER_FIELDS: dict[str, dict[str, tuple[str, object]]] = {
+    "policy": {}, "preset": {},  # the choice itself, checked apart
+    "question_stage": {p: (OURS, "none") for p in POLICIES},
+    "budget_tokens": {"hermes": (SEED, 4096), **{p: (OURS, 16384) for p in ("full", "rekv", "streamkv", "mukv")}},
+    "offload_bytes": {p: ("P1", 1 << 30) for p in ("rekv", "streamkv", "mukv")},
+    "local_window_tokens": {"rekv": ("P13", 15000), "streamkv": ("P5", 15000), "mukv": ("P5", 15000)},  # 15K: the seeds'; P5/P13 how it is counted
+    "retrieve_frames": {"rekv": (SEED, 64)},
+    "prefill_batch": {p: (OURS, 4) for p in POLICIES},
+    "page_tokens": {p: (OURS, 4) for p in POLICIES},
+    "max_question_tokens": {p: (OURS, 512) for p in POLICIES},
+    **{f"snapshot_{n}": {} for n in ("dir", "on_shutdown", "period_s", "keep")}, "restore_on_start": {},
+    "rekv.query": {"rekv": ("P14", "question")},
+    "rekv.question_window": {"rekv": (SEED, False)},
+    "rekv.selection": {"rekv": (SEED, "layer")},
+    "rekv.rerank": {"rekv": (SEED, 0)}, "rekv.contrast": {"rekv": (SEED, 0)}, "rekv.words": {"rekv": (SEED, 0.0)},
+    "rekv.rerank_keep": {"rekv": (OURS, 0.5)},
+    "streamkv.similarity_threshold": {"streamkv": (SEED, 0.99)},
+    "streamkv.similarity": {"streamkv": (SEED, "mean")},  # the code's, with which the threshold was set
+    "streamkv.min_segment_frames": {"streamkv": (SEED, 4)},
+    "streamkv.max_segment_frames": {"streamkv": (SEED, 64)},
+    "streamkv.max_segment_s": {"streamkv": (SEED, 0.0)},  # issue 44 item 1: no time cap, M = 64 reached
+    "streamkv.summary_frames": {"streamkv": (SEED, True)},
+    "streamkv.compression_ratio": {"streamkv": ("P3", 0.6)},
+    "streamkv.retrieve_frames": {"streamkv": ("P4", 8)},
+    "streamkv.split": {"streamkv": ("P2", "code")},
+    "streamkv.guidance_prompt": {"streamkv": ("P6", _GUIDANCE)},
+    "hermes.shallow_ratio": {"hermes": (SEED, 0.1)}, "hermes.deep_ratio": {"hermes": (SEED, 0.3)},
+    "hermes.recency_rate": {"hermes": (SEED, 20.0)}, "hermes.recency": {"hermes": (SEED, "token")},
+    "hermes.budget_rule": {"hermes": (SEED, "script")}, "hermes.recency_rate_deep": {"hermes": (SEED, 0.5)},
+    "hermes.omega0": {"hermes": (SEED, 1.0)}, "hermes.omega_gamma": {"hermes": (SEED, 0.9)},
+    "hermes.schedule_end": {"hermes": (SEED, "first_deep")},
+    "hermes.smoothing_shallow": {"hermes": ("P10", 0.1)}, "hermes.smoothing_middle": {"hermes": ("P10", 0.3)},
+    "hermes.smoothing_deep": {"hermes": ("P10", 0.4)},
+    "hermes.chunk_frames": {"hermes": (SEED, 16)},
+    "hermes.summary_token": {"hermes": ("P8", True)},
+    "hermes.reindex": {"hermes": (SEED, "lazy")}, "hermes.reindex_at": {"hermes": ("P9", 0.9)},
+    "hermes.pseudo_query": {"hermes": (OURS, HermesConfig().pseudo_query)},
+    "hermes.pseudo_queries": {"hermes": (SEED, "live")},
+    "hermes.local_query": {"hermes": ("P7", HermesConfig().local_query)}, "hermes.global_query": {"hermes": ("P7", HermesConfig().global_query)},
+    "mukv.granularities": {"mukv": (SEED, ("patch", "frame", "segment"))},
+    "mukv.patch_split": {"mukv": (SEED, 4)}, "mukv.segment_frames": {"mukv": (SEED, 4)},
+    **{f"mukv.{k}_{g}": {"mukv": (SEED, v)} for k, vals in (("alpha", (0.5, 0.7, 0.8)), ("keep", (0.1, 0.1, 0.8)),
+                                                       ("retrieve", (20, 32, 12)), ("rerank", (0.3, 0.3, 0.0)))
+       for g, v in zip(("patch", "frame", "segment"), vals)},
+    "mukv.top_segments": {"mukv": (SEED, 5)}, "mukv.over_retrieval": {"mukv": (SEED, 2)},
+    "tgvkv.keep_ratio": {p: (SEED, 0.05) for p in POLICIES},
+    "redundancy.enabled": {p: (SEED, False) for p in POLICIES},  # every seed encodes every sampled frame
+    "redundancy.max_cell_diff": {}, "redundancy.max_mean_diff": {}, "redundancy.grid": {},  # read only when enabled
+}
+
+
+def _flat_fields(cfg) -> dict[str, object]:
+    out = {}
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        out.update({f"{f.name}.{g.name}": getattr(value, g.name) for g in fields(value)} if is_dataclass(value) else {f.name: value})
+    return out
+
+
+def _declared_departures() -> dict[str, str]:
+    """docs/POLICIES.md's "Departures kept under `paper`": number -> the item's text."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "POLICIES.md").read_text()
+    section = text.split("### Departures kept under `paper`", 1)[1].split("\n## ", 1)[0]
+    items = re.split(r"^- \*\*(P\d+)\*\*", section, flags=re.M)
+    return {items[i]: items[i + 1] for i in range(1, len(items), 2)} | {OURS: items[-1].split("\n\n")[-1]}
+
+
+def test_every_field_is_the_seeds_or_a_declared_departure_under_paper():
+    robot = _flat_fields(MemoryConfig())
+    assert sorted(PAPER_FIELDS) == sorted(robot), "each config field needs a row in PAPER_FIELDS"
+    declared = _declared_departures()
+    for policy in POLICIES:
+        paper = _flat_fields(preset_memory_config("paper", policy))
+        assert (paper.pop("policy"), paper.pop("preset")) == (policy, "paper")
+        for name, value in paper.items():
+            source, expected = PAPER_FIELDS[name].get(policy, (OURS, robot[name]))
+            assert value == expected, f"{policy}: memory.{name} is {value!r} under paper, the table says {expected!r} ({source})"
+            if source == SEED:
+                continue
+            assert source in declared, f"memory.{name} cites {source}, not in docs/POLICIES.md's list"
+            if source == OURS and name not in _own_fields(policy):
+                continue  # another policy's field: "every field of a policy other than the one in use"
+            section, _, last = name.rpartition(".")
+            stem = re.sub(r"_(shallow|middle|deep)$", "_*", last)
+            # The item names the field: in full, by its last part, or as its section's "<section>.*".
+            assert any(w in declared[source] for w in (name, f"`{last}`", f"`{section}.{stem}`", f"`{section}.*`") if w), (
+                f"{source} in docs/POLICIES.md does not name memory.{name}")
+
+
+def _own_fields(policy: str) -> set[str]:
+    """The fields the table gives ``policy`` a value for (its own, and the ones every policy reads)."""
+    return {name for name, per in PAPER_FIELDS.items() if policy in per}
+
+
+def test_the_departure_list_is_numbered_once_and_in_order():
+    numbers = [int(n[1:]) for n in _declared_departures() if n != OURS]
+    assert numbers == list(range(1, len(numbers) + 1))
+    cited = {src for per in PAPER_FIELDS.values() for src, _ in per.values()} - {SEED, OURS}
+    assert cited <= set(_declared_departures())
+
+
+def test_streamkv_paper_segments_merge_past_m_instead_of_closing_by_time(tiny_adapter):
+    """Item 1: at 0.5 fps (2 s apart) identical frames never cross the threshold; the robot's 30 s cap
+    closes the segment after 16 frames, paper keeps it open and merges past M (4 here) members."""
+    from videokv_node.memory.policies.factory import make_policy
+    from videokv_node.memory.policies.base import Unit
+
+    feat = tiny_adapter.encode_frames([random_frames(1, seed=5)[0].rgb])[0]  # (T, hidden), the same every frame
+    offsets = tiny_adapter.text_positions(0, tiny_adapter.tokens_per_frame)  # (P, T)
+
+    def run(preset: str) -> tuple[list[int], int]:
+        cfg = preset_memory_config(preset, "streamkv", local_window_tokens=16, **{"streamkv.max_segment_frames": 4})
+        policy = make_policy(cfg, tiny_adapter)
+        closed = []
+        for i in range(40):
+            jobs = policy.on_frame(None, Unit(feat=feat, offsets=offsets, camera="c", stamp_ns=i * 2_000_000_000))
+            closed += [len(j.units) for j in jobs]
+        return closed, len(policy.segmenter.pending)
+
+    assert preset_memory_config("paper", "streamkv").streamkv.max_segment_s == 0.0
+    assert MemoryConfig().streamkv.max_segment_s == 30.0  # robot, the node's default, unchanged
+    robot_closed, _ = run("robot")
+    assert robot_closed == [4 + 1, 4 + 1]  # frames 0-15 and 16-31 (30 s spans), each merged to 4 members + summary
+    paper_closed, open_members = run("paper")
+    assert paper_closed == [] and open_members == 4  # one open segment of 40 frames merged into M = 4 members
+
 
 def test_an_explicit_value_wins_over_the_preset():
     cfg = preset_memory_config("paper", "rekv", retrieve_frames=16, **{"rekv.query": "prompt"})
@@ -104,7 +244,7 @@ def test_rekv_paper_retrieves_from_all_blocks_with_the_question_tokens(tiny_adap
     def top2(rows: slice) -> list[int]:
         q = q_all[rows].mean(0).view(geo.n_kv_heads, -1, geo.head_dim).mean(1)  # (H_kv, D)
         blocks = list(engine.store.blocks())
-        scores = [float((q * a.rotate_keys(b.layers[0].keys, -b.positions[0]).mean(1)).sum()) for b in blocks]
+        scores = [float((q.double() * ref.pre_rope_key_mean(a, b.layers[0].keys, b.positions[0])).sum()) for b in blocks]
         return sorted(blocks[i].block_id for i in sorted(range(len(blocks)), key=lambda i: -scores[i])[:2])
 
     expected = top2(slice(start, start + len(own)))
@@ -323,3 +463,64 @@ def test_hermes_script_budget_rule_keeps_kv_size_at_each_chunk_end(tiny_adapter6
             assert held == [kv_size - (1 if r == "deep" else 0) for r in roles]
     # Frames 1-4 hold 4 T > kv_size at frame 4 (a chunk's end): compressions there and every chunk after.
     assert compressions == [4, 6, 8]
+
+
+# --- declared departures, pinned (docs/POLICIES.md "Departures kept under `paper`") -----------------
+
+def test_p5_streamkv_paper_window_holds_the_blocks_as_compressed(tiny_adapter):
+    """P5: under paper a layer's encoding window lacks the frame blocks SelectKV dropped there (the code's
+    would hold every frame raw): each layer holds ceil((1 - theta) T_i) of each segment's T_i frames."""
+    from videokv_node.memory.context.encoding import EncodeJob
+
+    a = tiny_adapter
+    T, L, sink = a.tokens_per_frame, a.geometry.n_layers, len(a.prefix_ids())
+    cfg = preset_memory_config("paper", "streamkv", local_window_tokens=60 * T, budget_tokens=sink + 200 * T,
+                               **{"streamkv.min_segment_frames": 4, "streamkv.max_segment_frames": 8,
+                                  "streamkv.split": "softmax", "streamkv.compression_ratio": 0.5})
+    e = VideoMemoryEngine(a, cfg, GenerationConfig(max_new_tokens=1))
+    made = {}
+    for f in scene(30, seed=9, scene_len=6):
+        made.update({b.block_id: b for b in e.ingest([f])})  # every block made, those evicted since included
+    window = {b.block_id for b in e.policy.encoding_context(e.store, EncodeJob([]))}
+    segments, current = [], []
+    for b in sorted(made.values(), key=lambda b: b.order):  # time order: a segment's frames, then its summary
+        if b.kind == "summary":
+            segments.append(current)
+            current = []
+        else:
+            current.append(b)
+    assert len(segments) >= 3 and all(b.block_id in window for frames in segments for b in frames if b in e.store)
+    for frames in segments:
+        held = [sum(b in e.store and b.block_id in window and b.layers[l] is not None for b in frames) for l in range(L)]
+        assert sum(held) == -(-len(frames) // 2) * L  # ceil(0.5 T_i) x L, as compressed
+        assert all(h < len(frames) for h in held)  # a raw window would hold all T_i frames in every layer
+    e.close()
+
+
+def test_p8_hermes_paper_summary_token_stands_after_the_sink_and_is_never_scored(tiny_adapter64):
+    """P8: one summary token per deep layer at the position right after the sink, kept through every
+    compression (the script's is appended after the newest kept token and may be pruned)."""
+    from videokv_node.memory.scoring.hermes import layer_roles
+
+    a = tiny_adapter64
+    T, sink = a.tokens_per_frame, len(a.prefix_ids())
+    cfg = preset_memory_config("paper", "hermes", budget_tokens=3 * T, local_window_tokens=T, **{"hermes.chunk_frames": 2})
+    e = VideoMemoryEngine(a, cfg, GenerationConfig(max_new_tokens=1))
+    roles = layer_roles(a.geometry.n_layers, cfg.hermes.shallow_ratio, cfg.hermes.deep_ratio)
+    assert "deep" in roles
+    seen = set()
+    for f in random_frames(12, seed=3):
+        e.ingest([f])
+        summary = e.policy.summary
+        if summary is None:
+            continue
+        seen.add(summary.block_id)
+        assert summary in e.store and summary.protected
+        for l, role in enumerate(roles):
+            kv = summary.layers[l]
+            if role != "deep":
+                assert kv is None
+                continue
+            assert kv.n_tokens == 1 and int(kv.logical.reshape(-1)[0]) == sink  # right after the sink
+    assert len(seen) == 1  # one summary token for the stream, never pruned nor replaced
+    e.close()

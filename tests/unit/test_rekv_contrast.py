@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit import references as ref
 from tests.unit.helpers import random_frames
 from tests.unit.test_policies import GEO, block
 from tests.unit.test_rekv_shared import _question_queries, fused_reference
@@ -22,16 +23,18 @@ from videokv_node.memory.config import AnswerConfig, ReKVConfig
 from videokv_node.memory.locate import LocateQuery
 
 
-def contrast_reference(blocks, w: int) -> dict[int, torch.Tensor]:
+def contrast_reference(blocks, w: int, means: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
     """Per block id: its key_mean less the mean key_mean of the up to w blocks before and w after it among
-    ``blocks`` of its camera (and stream), ordered by id; its own key_mean when it has none (float64)."""
+    ``blocks`` of its camera (and stream), ordered by id; its own key_mean when it has none (float64).
+    ``means``: the blocks' mean keys by id, recomputed by the caller, instead of their ``key_mean``."""
+    mean = (lambda b: b.key_mean.double()) if means is None else (lambda b: means[b.block_id].double())
     out = {}
     for b in blocks:
         same = sorted((o for o in blocks if (o.camera, o.stream) == (b.camera, b.stream)), key=lambda o: o.block_id)
         i = [o.block_id for o in same].index(b.block_id)
         neigh = same[max(0, i - w):i] + same[i + 1:i + 1 + w]
-        km = b.key_mean.double()
-        out[b.block_id] = km - torch.stack([o.key_mean.double() for o in neigh]).mean(0) if neigh else km
+        km = mean(b)
+        out[b.block_id] = km - torch.stack([mean(o) for o in neigh]).mean(0) if neigh else km
     return out
 
 
@@ -143,10 +146,11 @@ def test_shared_selection_and_locate_rank_by_the_contrasted_keys(tiny_adapter64,
     for f in random_frames(9, seed=7):
         engine.ingest([f])
     blocks = list(engine.store.blocks())
-    for b in blocks:  # the reference's own mean keys: stored keys rotated back to no position
-        b_km = torch.stack([a.rotate_keys(b.layers[l].keys, -b.positions[0]).float().mean(1) for l in range(a.geometry.n_layers)])
-        torch.testing.assert_close(b_km, b.key_mean, atol=1e-4, rtol=1e-4)
-    contrasted = contrast_reference(blocks, w)
+    means = {}
+    for b in blocks:  # the reference's own mean keys: stored keys rotated back to no position by its own RoPE
+        means[b.block_id] = torch.stack([ref.pre_rope_key_mean(a, b.layers[l].keys, b.positions[0]) for l in range(a.geometry.n_layers)])
+        torch.testing.assert_close(means[b.block_id].float(), b.key_mean, atol=1e-4, rtol=1e-4)
+    contrasted = contrast_reference(blocks, w, means)
     ids = [b.block_id for b in blocks]
     text = "a red ball"
     q = _question_queries(a, text)

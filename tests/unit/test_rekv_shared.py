@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit import references as ref
 from tests.unit.helpers import random_frames
 from tests.unit.test_policies import ADAPTER, GEO, block
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
@@ -152,7 +153,7 @@ def test_shared_selection_attends_the_same_fused_top_k_in_every_layer(tiny_adapt
     blocks = list(engine.store.blocks())
     recent = [b.block_id for b in blocks[-2:]] if window else []
     pool = [b for b in blocks if b.block_id not in recent]
-    key_means = [torch.stack([a.rotate_keys(b.layers[l].keys, -b.positions[0]).float().mean(1)
+    key_means = [torch.stack([ref.pre_rope_key_mean(a, b.layers[l].keys, b.positions[0]).float()
                               for l in range(a.geometry.n_layers)]) for b in pool]
     expected = sorted(recent + fused_reference(_question_queries(a, question), key_means, [b.block_id for b in pool], 3))
     assert engine.last_layer_blocks == [expected] * a.geometry.n_layers
@@ -185,7 +186,7 @@ def test_rerank_keeps_the_fused_best_and_fills_by_each_frames_likelihood(tiny_ad
     for f in frames:
         engine.ingest([f])
     blocks = list(engine.store.blocks())
-    key_means = [torch.stack([a.rotate_keys(b.layers[l].keys, -b.positions[0]).float().mean(1)
+    key_means = [torch.stack([ref.pre_rope_key_mean(a, b.layers[l].keys, b.positions[0]).float()
                               for l in range(a.geometry.n_layers)]) for b in blocks]
     shortlist = fused_reference(_question_queries(a, text), key_means, [b.block_id for b in blocks], 4, ordered=True)
     rest = shortlist[kept:]

@@ -106,7 +106,7 @@ class StreamKVConfig:
     similarity: str = param("tokens", "StreamKV: adjacent-frame similarity, cosine of the flattened token features (tokens, Eq. 1 as printed) or of their means (mean, StreamKV's code)", choices=SIMILARITIES)  # tokens: the (T, D) features flattened
     min_segment_frames: int = param(4, "StreamKV m: segments are at least this many frames (paper: 4)")  # the exclusion window
     max_segment_frames: int = param(64, "StreamKV M: longer segments merge their most similar adjacent pair (paper: 64)")
-    max_segment_s: float = param(30.0, "StreamKV: an open segment spanning longer than this (stamps) closes at the next frame; 0: no cap (ours, not the paper's)")
+    max_segment_s: float = param(30.0, "StreamKV: an open segment spanning longer than this (stamps) closes at the next frame; 0: no cap (robot: 30, ours; paper: 0, segments close by similarity and merge past M)")
     summary_frames: bool = param(True, "StreamKV: a summary frame (segment mean) per segment, never compressed (paper: on)")
     compression_ratio: float = param(0.6, "StreamKV theta: share of a segment's frame blocks dropped per layer, in [0, 1) (paper: 0.6)", fraction=True)
     retrieve_frames: int = param(8, "StreamKV N_r: frame blocks retrieved per layer on average (paper: 8)")  # N = N_r x L over all layers

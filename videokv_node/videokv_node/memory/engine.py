@@ -290,7 +290,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
     # --- lifecycle and stats ----------------------------------------------
     @torch.inference_mode()
     def _encode_sink(self) -> Sink:
-        ids = self.adapter.prefix_ids()
+        ids = self.adapter.prefix_ids()  # departure P11 (docs/POLICIES.md): ours under both presets, no seed's system prompt
         cache = DynamicCache()
         self.adapter.forward(self.adapter.embed_tokens(ids), self.adapter.text_positions(0, len(ids)), cache, logits=False)
         keys = torch.stack([layer.keys[0] for layer in cache.layers])  # (L, H, S, D)

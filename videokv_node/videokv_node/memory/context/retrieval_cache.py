@@ -66,6 +66,9 @@ def pack_layout(adapter: VideoLLMAdapter, sink_len: int, per_layer: Sequence[Seq
         packed.append(targets)
         ends.append(end)
     end = max(ends, default=sink_len)
+    # Departure P12 (docs/POLICIES.md): a layer holding fewer tokens starts later, leaving a gap after the
+    # sink (StreamKV's code under `paper`: 6 to 10 retrieved frames a layer, up to 4 x 196 = 784 positions);
+    # the papers' code packs each layer from the init tokens on.
     # Layers already ending there keep their views: a new tensor per block per layer cost ~10K ops a frame.
     return [ts if e == end else [t + (end - e) for t in ts] for ts, e in zip(packed, ends)], end
 

@@ -15,7 +15,7 @@ smoothing 0.1 / 0.3 / 0.4 by role, the layer split's rounding); choices, ours (s
 config.HermesConfig and memory/scoring/hermes.py):
 omega linear from 1 at the first middle layer to 0 at the last, scores normalised to sum 1
 per layer before mixing, a token missing from the next layer contributing 0 there, and the
-summary token standing right after the sink (the distant past).
+summary token standing right after the sink, one per layer, never scored (departure P8).
 
 Pseudo-queries, two modes (``memory.hermes.pseudo_queries``):
 - ``probe`` (robot, ours): one generic question's pre-RoPE queries read once after
@@ -47,7 +47,7 @@ tokens for LLaVA-OV). Paper preset (``script``): the same, frames counted in chu
 leaves room for the next chunk: every layer is compressed to ``budget_tokens`` - sink -
 (``chunk_frames`` - 1) frames, the next compression ``chunk_frames`` frames later
 (16,384 - sink - 2,940 ~ 13.4K tokens per layer at the robot defaults; at the paper's
-4,096 it would be 4,096 - sink - 2,940 ~ 1.1K, 3.6x less than the script's 4,096).
+4,096 it would be 4,096 - sink - 2,940 ~ 1.1K, 3.9x less than the script's 4,096).
 """
 
 from __future__ import annotations
@@ -223,12 +223,12 @@ class HermesPolicy(MemoryPolicy):
             self._next_pos = max(self._next_pos or 0, int(block.positions.max()) + 1)
         # script: compress at a chunk's end only (or, a batch larger than a chunk, beyond budget + a chunk).
         self._enforce_layer_budget(store, not self.script or before // self.cfg.chunk_frames != self._frames // self.cfg.chunk_frames)
-        if self.cfg.reindex == "lazy" and self._next_pos > self.cfg.reindex_at * self.adapter.max_positions:
+        if self.cfg.reindex == "lazy" and self._next_pos > self.cfg.reindex_at * self.adapter.max_positions:  # departure P9: the script, max - 1024
             self._reindex(store)
 
     def _enforce_layer_budget(self, store: BlockStore, chunk_end: bool = True) -> None:
         """Once a layer holds more than its budget (at a chunk's end), compress every layer."""
-        held = [b for b in store.blocks(Tier.RESIDENT) if b is not self.summary]
+        held = [b for b in store.blocks(Tier.RESIDENT) if b is not self.summary]  # P8: the summary is never scored
         over = 0 if chunk_end else self.cfg.chunk_frames * self.adapter.tokens_per_frame
         if any(sum(b.layer_tokens(l) for b in held) > self._regular_budget(l) + over for l in range(self.n_layers)):
             self._compress(store, sorted(held, key=lambda b: b.order))

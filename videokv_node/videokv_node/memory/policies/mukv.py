@@ -139,6 +139,8 @@ class MuKVPolicy(MemoryPolicy):
         )
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
+        # Departure P5 (docs/POLICIES.md): each granularity's window holds its blocks as compressed
+        # (rho_g of each block's tokens), not the raw tokens of the window.
         return recent_resident(store, self.config.local_window_tokens, stream=job.stream)
 
     def encode_observer(self, job: EncodeJob):

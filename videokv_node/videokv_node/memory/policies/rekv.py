@@ -94,6 +94,8 @@ class ReKVPolicy(MemoryPolicy):
     uses_offload = True
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
+        # Departure P13 (docs/POLICIES.md): the window counts whole frames (15000 tokens: 76 LLaVA-OV
+        # frames, 14,896 tokens); ReKV's code keeps the last n_local tokens, part of a 77th frame included.
         return recent_resident(store, self.config.local_window_tokens)
 
     def batch_window(self) -> int:

@@ -39,10 +39,11 @@ Choices where the paper is not specific, ours:
   stats. When the segment closes its cached frames become its blocks and only
   the summary frame is encoded, after them: the paper's one pass over
   [S || f_s], split where the frames arrived.
-- A closing rule of ours besides the paper's: an open segment spanning more
-  than ``max_segment_s`` (header stamps) closes at the next frame. Otherwise a
-  static scene keeps a segment open for ever (merging caps it at M members, not
-  in time). The cache is counted in the budget by demoting older blocks, but
+- A closing rule of ours besides the paper's (robot only; 0, off, under the
+  paper preset, issue 44): an open segment spanning more than ``max_segment_s``
+  (header stamps) closes at the next frame. Otherwise a static scene keeps a
+  segment open for ever (merging caps it at M members, not in time); at 30 s
+  and 0.5 fps a segment closes after 16 frames, so M = 64 is never reached. The cache is counted in the budget by demoting older blocks, but
   never the encoding window's (that would change what the next frames are
   encoded with, so the KV would depend on the caps): a cache larger than the
   room the budget leaves past the window (``budget_tokens`` less the sink and
@@ -98,6 +99,9 @@ class StreamKVPolicy(MemoryPolicy):
 
     def setup(self, host: PolicyHost) -> None:
         self.host = host  # encodes the open segment's cache (``_refresh_open``)
+        # Departure P6 (docs/POLICIES.md): the guidance prompt is read once, right after the sink, and its
+        # text paraphrases the paper's five elements; StreamKV's code reads its own six-point prompt in the
+        # same pass as each segment (after the window and the segment's frames).
         self.guidance = criterion(host.probe(self.cfg.guidance_prompt), self.adapter.geometry.n_kv_heads)  # (L, H_kv * D)
 
     def reset(self) -> None:
@@ -261,6 +265,9 @@ class StreamKVPolicy(MemoryPolicy):
         return [self._member_unit(member) for member in self.segmenter.pending]
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
+        # Departure P5 (docs/POLICIES.md, kept under `paper`): the window is the newest blocks as the
+        # store holds them, so a layer's window lacks the blocks SelectKV dropped there; StreamKV's code
+        # keeps its last n_local tokens raw and drops blocks from the retrieval bank only.
         return recent_resident(store, self.config.local_window_tokens)
 
     def after_encode(self, store: BlockStore, job: EncodeJob, blocks: list[FrameBlock]) -> None:
@@ -291,6 +298,8 @@ class StreamKVPolicy(MemoryPolicy):
         a matrix, so scores taken in place would differ from these in the last bits and could flip
         a near-tie; the selection stays the one the gathered scores give."""
         L = self.n_layers
+        # Departure P6: the question read right after the sink (no memory); the code reads it in a
+        # retrieval pass over its local window before choosing the blocks.
         query = criterion(host.probe(question), self.adapter.geometry.n_kv_heads)  # (L, H*D)
         index = host.store.index
         order = index.by_age(candidates.mask)  # (N,) slots in creation order

@@ -192,7 +192,8 @@ def cross_layer_smooth(
     score in the next layer, and the last layer is returned as is. A token that layer
     l + 1 no longer holds contributes 0: that layer already judged it unimportant. The
     mix uses the raw s_{l+1} as the notes' pseudocode does; the official script chains
-    (uses the already-smoothed l + 1) and, lacking ids, interpolates lengths instead.
+    (uses the already-smoothed l + 1) and, lacking ids, interpolates lengths instead:
+    departure P10 in docs/POLICIES.md, kept under ``paper``.
     """
     n = len(scores)
     if len(ids) != n or any(s.shape != i.shape or s.dim() != 1 for s, i in zip(scores, ids)):
