@@ -30,8 +30,15 @@ def test_a_frames_logit_is_its_strongest_cell():
     # a cell's colour statistics are the chroma-weighted mean colour: a pure red image gives (1, 0, 0) and chroma 1
     red = torch.zeros(1, 3, 224, 224)
     red[:, 0] = 1.0
-    stats = head.cells(maps, mid, red)[0, :, -4:]
-    assert torch.allclose(stats, torch.tensor([1.0, 0.0, 0.0, 1.0]).expand(49, 4), atol=1e-3)
+    cells = head.cells(maps, mid, red)[0]
+    assert torch.allclose(cells[:, -7:-3], torch.tensor([1.0, 0.0, 0.0, 1.0]).expand(49, 4), atol=1e-3)
+    assert cells[:, -3:].max() < 2e-3  # one flat colour: no spread
+    # half a cell's pixels red, half blue, both fully saturated: the spread of R and B is 0.5 (a reference by hand)
+    mixed = torch.zeros(1, 3, 224, 224)
+    mixed[:, 0, :, ::2] = 1.0
+    mixed[:, 2, :, 1::2] = 1.0
+    spread = head.cells(maps, mid, mixed)[0, :, -3:]
+    assert torch.allclose(spread[:, 0], torch.full((49,), 0.5), atol=1e-3) and spread[:, 1].max() < 2e-3
 
 
 @pytest.fixture(scope="module")

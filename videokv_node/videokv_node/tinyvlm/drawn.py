@@ -35,6 +35,10 @@ HELD_OUT_SIDES = (0.28, 0.36)  # never drawn in training (as tinyvlm.variety.HEL
 THINGS_PER_FRAME = (0.45, 0.35, 0.12, 0.08)  # P(0, 1, 2, 3 shapes)
 
 SPLITS = FOOTAGE_SPLITS  # (clips, photographs) by split: eval/footage.py, the one owner
+# More training backdrops for the things head only: scikit-image's colour photographs (in no footage split: v1-v4
+# trained on crops of them, so they can never be held out), with red, blue and yellow things of their own (a flag, a
+# motorcycle, a cup) the head must not name; color.png left out (flat coloured patches, which the head should name).
+HEAD_EXTRA_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +135,12 @@ class DrawnSampler:
     """Frames of one split, seeded: ``frame(things=...)`` draws a spec; ``frames(n)`` n of them with the
     ``THINGS_PER_FRAME`` mixture. ``held_out_sizes``: sides only from ``HELD_OUT_SIDES``."""
 
-    def __init__(self, split: str, seed: int, held_out_sizes: bool = False):
+    def __init__(self, split: str, seed: int, held_out_sizes: bool = False,
+                 sources: tuple[tuple[str, ...], tuple[str, ...]] | None = None):
+        """``sources``: (clips, photographs) instead of the split's (``split`` then only names them)."""
         from videokv_node.tinyvlm.things import clip_frames
 
-        clips, photos = SPLITS[split]
+        clips, photos = sources if sources is not None else SPLITS[split]
         self.sources = [(c, i) for c in clips for i in range(0, len(clip_frames(c)), 2)] + [(p, 0) for p in photos]
         self.photo_share = len(photos) / (len(photos) + len(clips) * 2)
         self.clips, self.photos = clips, photos

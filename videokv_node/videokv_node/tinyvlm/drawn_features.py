@@ -40,12 +40,13 @@ def pixels_of(frames: list[np.ndarray]) -> torch.Tensor:
 
 @torch.inference_mode()
 def encode(encoder, head, projector, frames: list, batch: int = 32, log=None) -> dict[str, torch.Tensor]:
-    """(F, ...) stacks of FIELDS for ``frames``: cells in float16 (F, 49, 1364), logits (F, 1000), pooled (F, cols, dim)."""
+    """(F, ...) stacks of FIELDS for ``frames``: the encoder maps' cells in float16 (F, 49, 1360: ``ThingHead.map_cells``;
+    the pixels' part is ``colour_cells``'s), logits (F, 1000), pooled (F, cols, dim)."""
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
     for start in range(0, len(frames), batch):
         rgb = pixels_of([render_frame(f) for f in frames[start : start + batch]])
         maps, mid = encoder.feature_levels(normalise(rgb))
-        parts["cells"].append(head.cells(maps, mid, rgb).half())
+        parts["cells"].append(head.map_cells(maps, mid).half())
         parts["logits"].append(encoder.classify(maps))
         parts["pooled"].append(projector.pool(maps, mid, rgb))
         if log is not None and (start // batch) % 20 == 0:
@@ -62,6 +63,7 @@ def encode_drawn(path: Path | None, encoder, head, projector, frames: list, log=
         for i, f in enumerate(saved["frames"]):
             if f in wanted:
                 have[f] = {k: saved[k][i] for k in FIELDS}
+                have[f]["cells"] = have[f]["cells"][:, : head.norm.normalized_shape[0]]  # files before colour_cells
     todo = [f for f in dict.fromkeys(frames) if f not in have]
     if todo:
         got = encode(encoder, head, projector, todo, log=log)
@@ -72,3 +74,13 @@ def encode_drawn(path: Path | None, encoder, head, projector, frames: list, log=
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"frames": keys, **{k: torch.stack([have[f][k] for f in keys]) for k in FIELDS}}, path)
     return have
+
+
+@torch.inference_mode()
+def colour_cells(head, frames: list, batch: int = 64) -> torch.Tensor:
+    """(F, 49, CELL_COLOUR) the pixels' part of the head's cells (``cell_colour``), from the renders alone: cheap,
+    so never cached (the head's colour features may change between runs, the encoder's maps never do)."""
+    from videokv_node.models.things_head import cell_colour
+
+    return torch.cat([cell_colour(pixels_of([render_frame(f) for f in frames[i : i + batch]]), head.grid)
+                      for i in range(0, len(frames), batch)])

@@ -9,8 +9,8 @@ Scored (``score``) as the noun block uses it: the words a frame gets are the thi
 the threshold, at most ``slots`` of them; per split, the share of frames whose written words are exactly the
 drawn things, the share of frames with nothing drawn that get a word anyway (a false word puts a shape into the
 memory's word index and the decoder's context: it must be rare), and per drawn thing whether its word is
-written, by size. ``val`` picks the threshold (the lowest whose false-word rate is under ``--max-false``);
-``test`` (held-out footage, and held-out sizes) is only reported.
+written, by size. ``val`` picks the checkpoint (``val_score``, every 100 steps) and the threshold (the lowest whose false-word rate is
+under ``--max-false``); ``test`` (held-out footage, and held-out sizes) is only reported.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from videokv_node.models.things_head import HEAD_FILE, THING_NAMES, ThingHead
-from videokv_node.tinyvlm.drawn import DrawnFrame, DrawnSampler
+from videokv_node.tinyvlm.drawn import HEAD_EXTRA_PHOTOS, DrawnFrame, DrawnSampler
 
 SIZE_BINS = ((0.0, 0.28), (0.28, 0.36), (0.36, 0.5), (0.5, 1.0))
 
@@ -77,12 +77,19 @@ def pick_threshold(probs: torch.Tensor, frames: list[DrawnFrame], max_false: flo
     return 0.95
 
 
+def val_score(s: dict) -> float:
+    """What picks a head between checkpoints (on ``val``, never ``test``): things named minus 3x the false words."""
+    return s["single_named"] - 3 * s["false_word_rate"]
+
+
 def fit(head: ThingHead, cells: torch.Tensor, y: torch.Tensor, steps: int, batch: int, lr: float, seed: int,
-        log=print) -> list[list[float]]:
-    """AdamW with a cosine schedule on (F, cells, dim) float16 cells; returns the loss curve [[step, loss]]."""
+        weight_decay: float = 1e-4, val=None, log=print) -> tuple[list[list[float]], list[list[float]]]:
+    """AdamW with a cosine schedule on (F, cells, dim) float16 cells; returns the loss curve [[step, loss]] and the
+    validation curve [[step, val_score]]. ``val`` = (cells, frames): every 100 steps the head is scored there (at
+    threshold 0.9) and the best state is kept (early stopping on the second split)."""
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
-    curve, acc = [], []
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
+    curve, acc, val_curve, best = [], [], [], (float("-inf"), None)
     head.train()
     for step in range(steps):
         for g in opt.param_groups:
@@ -96,10 +103,21 @@ def fit(head: ThingHead, cells: torch.Tensor, y: torch.Tensor, steps: int, batch
         acc.append(loss.item())
         if (step + 1) % 100 == 0:
             curve.append([step + 1, round(sum(acc) / len(acc), 5)])
-            log(f"head step {step + 1}/{steps} loss {curve[-1][1]:.4f}")
             acc = []
+            msg = f"head step {step + 1}/{steps} loss {curve[-1][1]:.4f}"
+            if val is not None:
+                head.eval()
+                v = val_score(score(probs_of(head, val[0]), val[1], 0.9))
+                head.train()
+                val_curve.append([step + 1, round(v, 4)])
+                msg += f" val {v:.4f}"
+                if v > best[0]:
+                    best = (v, {k: t.detach().clone() for k, t in head.state_dict().items()})
+            log(msg)
     head.eval()
-    return curve
+    if best[1] is not None:
+        head.load_state_dict(best[1])
+    return curve, val_curve
 
 
 @torch.no_grad()
@@ -116,6 +134,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--weight-decay", type=float, default=1e-2)
+    p.add_argument("--dropout", type=float, default=0.3)
+    p.add_argument("--extra-frames", type=int, default=800,
+                   help="more training frames over HEAD_EXTRA_PHOTOS (tinyvlm/drawn.py), with the same mixture of things")
     p.add_argument("--max-false", type=float, default=0.005, help="false-word rate the threshold must keep on val")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--feature-cache", type=Path, default=None)
@@ -124,30 +146,37 @@ def main(argv: list[str] | None = None) -> None:
 
     from videokv_node.models.efficientnet_lite import load_efficientnet_lite0
     from videokv_node.models.videokv_tiny import Projector
-    from videokv_node.tinyvlm.drawn_features import encode_drawn
+    from videokv_node.tinyvlm.drawn_features import colour_cells, encode_drawn
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
+    extra = DrawnSampler("train", args.seed + 9, sources=((), HEAD_EXTRA_PHOTOS)).frames(args.extra_frames)
     sets = {
-        "train": DrawnSampler("train", args.seed).frames(args.train_frames),
+        "train": DrawnSampler("train", args.seed).frames(args.train_frames) + extra,
         "val": DrawnSampler("val", args.seed + 1).frames(args.eval_frames),
         "test": DrawnSampler("test", args.seed + 2).frames(args.eval_frames),
         "test_held_out_sizes": DrawnSampler("test", args.seed + 3, held_out_sizes=True).frames(args.eval_frames),
     }
     encoder = load_efficientnet_lite0()
     head = ThingHead(hidden=args.hidden)
+    head.drop.p = args.dropout
     projector = Projector(576, colour_stats=True)  # only its pooling is used (no weights): the LM stage's features
     feats = encode_drawn(args.feature_cache, encoder, head, projector, [f for v in sets.values() for f in v], log=print)
     t_enc = time.monotonic() - t0
-    cells = {k: torch.stack([feats[f]["cells"] for f in v]) for k, v in sets.items()}
-    curve = fit(head, cells["train"], targets(sets["train"]), args.steps, args.batch, args.lr, args.seed)
+    cells = {k: torch.cat([torch.stack([feats[f]["cells"] for f in v]), colour_cells(head, v).half()], -1)
+             for k, v in sets.items()}
+    curve, val_curve = fit(head, cells["train"], targets(sets["train"]), args.steps, args.batch, args.lr, args.seed,
+                           args.weight_decay, (cells["val"], sets["val"]))
+    head.drop.p = 0.0
     probs = {k: probs_of(head, c) for k, c in cells.items()}
     threshold = pick_threshold(probs["val"], sets["val"], args.max_false)
     report = {
         "what": "videokv-tiny v6 drawn-things head (models/things_head.py) on tinyvlm/drawn.py frames",
         "command": "python -m videokv_node.tinyvlm.train_things_head " + " ".join(argv or []),
         "seed": args.seed, "hidden": args.hidden, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "weight_decay": args.weight_decay, "dropout": args.dropout, "extra_frames": args.extra_frames,
+        "val_curve": val_curve, "picked_step": max(val_curve, key=lambda x: x[1])[0] if val_curve else args.steps,
         "frames": {k: len(v) for k, v in sets.items()}, "threshold": threshold, "max_false": args.max_false,
         "loss_curve": curve, "encode_s": round(t_enc), "wall_s": round(time.monotonic() - t0),
         "scores": {k: score(probs[k], sets[k], threshold) for k in sets},

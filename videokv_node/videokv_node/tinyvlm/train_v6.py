@@ -96,7 +96,7 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     """(examples, features, blocks): the shuffled mixture and, per frame key, the projector's pooled input and the
     block's noun indices as the adapter would write them."""
     from videokv_node.tinyvlm.dataset import build_examples
-    from videokv_node.tinyvlm.drawn_features import encode_drawn
+    from videokv_node.tinyvlm.drawn_features import colour_cells, encode_drawn
     from videokv_node.tinyvlm.things import ThingSampler
 
     drawn = DrawnSampler("train", args.seed).frames(args.head_frames)  # train_things_head's training frames
@@ -105,8 +105,10 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     scenes = list(dict.fromkeys([s for ex in v5 for s in ex.scenes] + things.scenes()))
     feats = encode_drawn(args.feature_cache, encoder, head, projector, drawn + scenes, log=log)
     keys = list(feats)
+    colour = colour_cells(head, keys)
     with torch.no_grad():
-        probs = torch.cat([head.logits_from_cells(torch.stack([feats[k]["cells"] for k in keys[i : i + 512]]).float()).sigmoid()
+        probs = torch.cat([head.logits_from_cells(torch.cat([torch.stack([feats[k]["cells"] for k in keys[i : i + 512]]).float(),
+                                                             colour[i : i + 512].float()], -1)).sigmoid()
                            for i in range(0, len(keys), 512)])
         index, _ = nouns.top(torch.stack([feats[k]["logits"] for k in keys]), probs)
     blocks = dict(zip(keys, index))
@@ -129,15 +131,20 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     return [mixture[i] for i in order], features, blocks
 
 
-def batches(n_examples: int, batch: int, seed: int, steps: int):
-    """The batches' example indices, step by step: the same for a run and its resumption."""
+def batches(groups: list[list[int]], batch: int, seed: int, steps: int):
+    """The batches' example indices, step by step, each from one group (long examples apart from v5's short ones:
+    a batch is padded to its longest sequence), a group drawn in proportion to its size; the same for a run and
+    its resumption."""
     gen = torch.Generator().manual_seed(seed)
-    order, cursor = torch.randperm(n_examples, generator=gen), 0
+    sizes = torch.tensor([len(g) for g in groups], dtype=torch.float)
+    orders = [torch.randperm(len(g), generator=gen) for g in groups]
+    cursors = [0] * len(groups)
     for _ in range(steps):
-        if cursor + batch > len(order):
-            order, cursor = torch.randperm(n_examples, generator=gen), 0
-        yield order[cursor : cursor + batch].tolist()
-        cursor += batch
+        k = int(torch.multinomial(sizes, 1, generator=gen))
+        if cursors[k] + batch > len(orders[k]):
+            orders[k], cursors[k] = torch.randperm(len(groups[k]), generator=gen), 0
+        yield [groups[k][int(i)] for i in orders[k][cursors[k] : cursors[k] + batch]]
+        cursors[k] += batch
 
 
 def save_checkpoint(path: Path, projector, lora, opt, step: int, curve, gen_state, meta: dict) -> None:
@@ -178,7 +185,9 @@ def main(argv: list[str] | None = None) -> None:
             "examples": len(examples), "kinds": dict(kinds), "frames": len(features)}
     projector.train()
     acc, t_train = [], time.monotonic()
-    for i, idx in enumerate(batches(len(examples), args.batch, args.seed, args.steps)):
+    groups = [[i for i, ex in enumerate(examples) if ex.kind.startswith("hour")],
+              [i for i, ex in enumerate(examples) if not ex.kind.startswith("hour")]]
+    for i, idx in enumerate(batches(groups, args.batch, args.seed, args.steps)):
         if i < step:
             continue
         for g in opt.param_groups:
