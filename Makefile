@@ -8,6 +8,9 @@
 #   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
 #                       questions: bags/robot and bags/robot.json (BAG=DIR to write elsewhere; docs/OPERATIONS.md)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
+#   make train-model    train videokv-tiny v6 (issue 43) from v5: the drawn-things head (minutes), then the decoder's
+#                       LoRA and projector on long contexts, resuming from records/videokv-tiny/v6-run1 where a run
+#                       stopped (TRAIN_LIMIT seconds a run; hours on 2 CPU cores), then the weights directory
 #   make bench          the engine parts, the memory policies and the vision backends (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
@@ -32,6 +35,8 @@
 #                       of real footage, beside the encoder's own top-1/top-5; then each glimpsed once in two
 #                       1,800-frame streams, ~/locate and "Did you see a <noun>?" with and without the frames'
 #                       words (docs/bench/things.md; about 15 minutes)
+#   make bench-drawn    videokv-tiny on single frames of held-out footage with one shape drawn in: its colour and shape
+#                       by choice and open, and whether the frame's words name it (docs/bench/drawn.md; ~10 minutes)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
@@ -67,7 +72,7 @@ TEST_WORKERS ?= 2
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-load clean distclean
+.PHONY: setup build test docs demo bag train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -91,6 +96,13 @@ bag: setup
 demo: build
 	scripts/setup_footage.sh
 	. ./env.sh && python -m videokv_node.programs.demo --model $(MODEL) --policy $(POLICY)
+
+TRAIN_CACHE ?= .cache/videokv-tiny-v6
+TRAIN_LIMIT ?= 4200
+TRAIN_RUN ?= records/videokv-tiny/v6-run1
+train-model: build
+	scripts/setup_footage.sh
+	scripts/train_videokv_tiny.sh $(TRAIN_CACHE) $(TRAIN_RUN) $(TRAIN_LIMIT)
 
 bench: build
 	. ./env.sh && python -m bench.run
@@ -130,6 +142,10 @@ bench-hour-ros: build
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things
+
+bench-drawn: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.drawn_frames && nice -n 10 python -m bench.drawn_frames --held-out-sizes
 
 bench-things: build
 	scripts/setup_footage.sh

@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="0.01,0.02,0.05")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--presets", default="robot")
-    parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, full, recency, default")
+    parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, shipped (the node's "
+                        "defaults as shipped), full, recency, default")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
     parser.add_argument("--real-things", help="comma-separated held-out real photographs "
                         "glimpsed once each (tinyvlm/things_heldout.py sources; default: eval/hour_stream.py HOUR_REAL_THINGS "

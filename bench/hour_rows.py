@@ -65,7 +65,7 @@ class CachedVision(VisionBackend):
 @dataclass(slots=True)
 class Row:
     label: str
-    policy: str  # a bench.accuracy POLICIES name, 'default', 'recency', 'full' or 'ceiling'
+    policy: str  # a bench.accuracy POLICIES name, 'default', 'recency', 'full', 'ceiling' or 'shipped'
     preset: str
     budget: float  # share of the stream's frames; 1.0 for full and the ceiling
     frames: int = 0  # frames of tokens a question attends to
@@ -116,8 +116,24 @@ def default_config(k: int, T: int, sink: int) -> MemoryConfig:
                         rekv=ReKVConfig())
 
 
+def shipped_config() -> MemoryConfig:
+    """The node's memory exactly as shipped (issue 43): every ``memory.*`` parameter at its default, as
+    ``ros2 launch videokv_node memory.launch.py`` runs it, whatever the stream's length."""
+    from videokv_node.eval.settings import engine_settings
+
+    return engine_settings({}).memory
+
+
+def shipped_frames(T: int) -> int:
+    """Frames a question of the shipped node reads at most: its recent window and the retrieved frames."""
+    cfg = shipped_config()
+    return cfg.local_window_tokens // T + cfg.retrieve_frames
+
+
 def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
     """The engine configuration of ``row`` on an ``n``-frame stream (the ceiling's is made by the caller)."""
+    if row.policy == "shipped":
+        return shipped_config()
     k = max(1, round(row.budget * n))
     if row.policy == "recency":
         return recency_config(k, T, sink)
@@ -160,6 +176,8 @@ def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str
     rows, skipped = [], []
     if "ceiling" not in without:
         rows.append(Row("ceiling (things + 4 other frames)", "ceiling", "robot", 1.0))
+    if "shipped" not in without:  # the node exactly as shipped: its own budget, not a share of the stream
+        rows.append(Row("node defaults as shipped", "shipped", "robot", 1.0, shipped_frames(T), still=shipped_config().redundancy.enabled))
     if "full" not in without:
         needs = sink + (n + 1) * T
         for p in ("full",) + (("full+tgvkv",) if "full+tgvkv" in policies else ()):

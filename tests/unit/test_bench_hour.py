@@ -45,17 +45,22 @@ def test_full_is_skipped_past_the_models_positions():
     rows, skipped = plan_rows(1800, 6, 30, 8192, ("rekv", "full+tgvkv"), ("robot",), (0.02,), frozenset())
     assert [r.policy for r in skipped] == ["full", "full+tgvkv"]
     assert "10,836 positions" in skipped[0].note
-    assert [r.label for r in rows] == ["ceiling (things + 4 other frames)", "recency @ 2%",
+    assert [r.label for r in rows] == ["ceiling (things + 4 other frames)", "node defaults as shipped", "recency @ 2%",
                                        "node default (rekv, robot) @ 2%", "rekv (robot) @ 2%"]
-    assert rows[1].frames == 36
+    assert rows[2].frames == 36
+    # the shipped row reads what the node's own parameters give, whatever the stream: window frames + retrieved
+    from videokv_node.eval.settings import engine_settings
+
+    mem = engine_settings({}).memory
+    assert rows[1].frames == mem.local_window_tokens // 6 + mem.retrieve_frames
 
 
 def test_a_short_hour_on_every_kind_of_row(tmp_path):
     out, details = tmp_path / "hour.md", tmp_path / "details.jsonl"
     assert main(["--model", "videokv-tiny-random", "--frames", "100", "--streams", "1", "--budgets", "0.03,0.06",
-                 "--policies", "rekv,hermes", "--out", str(out), "--details", str(details)]) == 0
+                 "--policies", "rekv,hermes", "--out", str(out), "--details", str(details), "--footage", ""]) == 0
     text = out.read_text()
-    for label in ("ceiling", "| full |", "recency @ 3%", "node default (rekv, robot) @ 6%", "rekv (robot) @ 3%",
+    for label in ("ceiling", "node defaults as shipped", "| full |", "recency @ 3%", "node default (rekv, robot) @ 6%", "rekv (robot) @ 3%",
                   "rekv (robot) @ 6%", "hermes (robot) @ 6%"):
         assert label in text, label
     lines = details.read_text().splitlines()
