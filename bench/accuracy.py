@@ -228,6 +228,10 @@ def load_model(model: str, device: str = "cpu"):
         from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
 
         return VideoKVTinyAdapter.load(device=device) if model == "videokv-tiny" else VideoKVTinyAdapter.tiny(device=device)
+    if (Path(model) / "manifest.json").is_file():  # a videokv-tiny weights directory (a candidate)
+        from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
+
+        return VideoKVTinyAdapter.load(model, device=device)
     return TextLMAdapter.smollm2(device=device) if model == "smollm2" else TextLMAdapter.tiny(device=device)
 
 

@@ -179,7 +179,8 @@ def run_part(model: str, n: int, seeds: list[int], rows: list[Row], library: Foo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hour", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=("videokv-tiny", "videokv-tiny-random"), default="videokv-tiny")
+    parser.add_argument("--model", default="videokv-tiny", help="videokv-tiny, videokv-tiny-random or a videokv-tiny "
+                        "weights directory (a candidate: its manifest.json)")
     parser.add_argument("--frames", default="1800", help="comma-separated stream lengths, sampled frames 2 s apart")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0, help="the first stream's seed; stream j has seed + j")

@@ -129,3 +129,23 @@ def test_locate_finds_a_real_thing_glimpsed_once_by_its_noun(adapter):
         engine.ask(Question("Did you see a cat?", options=["yes", "no"]))
         assert all((10 * 10**9 in layer) is attended for layer in engine.last_layer_stamps), words
         engine.close()
+
+
+def test_a_weights_directory_loads_as_the_model_and_a_foreign_one_is_refused(adapter, tmp_path):
+    """``model: <dir>`` with a videokv-tiny manifest (a candidate's weights, issue 43) loads those weights."""
+    from videokv_node.models.factory import ModelLoadError
+
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    for f in WEIGHTS_DIR.iterdir():
+        (candidate / f.name).symlink_to(f)
+    other = load_adapter(str(candidate), device="cpu", dtype="float32")
+    assert other.name == "videokv-tiny" and other.fingerprint() == adapter.fingerprint()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / MANIFEST_FILE).write_text(json.dumps({"model": "something-else"}))
+    with pytest.raises(ModelLoadError, match="must be videokv-tiny"):
+        load_adapter(str(foreign), device="cpu", dtype="float32")
+    (foreign / MANIFEST_FILE).write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match="not a JSON object"):
+        load_adapter(str(foreign), device="cpu", dtype="float32")

