@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--head-frames", type=int, default=6000, help="as train_things_head's --train-frames: the same frames")
     p.add_argument("--feature-cache", type=Path, default=None, help="train_things_head's cache (drawn frames), also v5's scenes")
     p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--weights-from", type=Path, default=None,
+                   help="start from this checkpoint's projector and LoRA (an earlier run's), with a fresh optimiser and "
+                        "schedule: a second run at other rates")
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=8)
@@ -173,6 +176,10 @@ def main(argv: list[str] | None = None) -> None:
     groups = [{"params": list(projector.parameters()), "peak": args.lr}, {"params": list(lora.parameters()), "peak": args.lora_lr}]
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0)
     step, curve = 0, []
+    if args.weights_from is not None and not (args.checkpoint / STATE_FILE).is_file():
+        projector.load_state_dict(load_file(args.weights_from / PROJECTOR_FILE), strict=True)
+        lora.load_state_dict(load_file(args.weights_from / LORA_FILE), strict=True)
+        print(f"weights from {args.weights_from}", flush=True)
     if (args.checkpoint / STATE_FILE).is_file():
         projector.load_state_dict(load_file(args.checkpoint / PROJECTOR_FILE), strict=True)
         lora.load_state_dict(load_file(args.checkpoint / LORA_FILE), strict=True)
