@@ -58,6 +58,17 @@ def to_array(specs: list[MarkerSpec]) -> MarkerArray:
     return MarkerArray(markers=[to_marker(s) for s in specs])
 
 
+def start_view(node: NodeHost) -> "MemoryViewPublishers | None":
+    """The view's publishers for an active node, destroyed with its other entities; None where
+    ``markers.enabled`` and ``sheet.enabled`` are both false."""
+    settings = node.settings
+    if not (settings.markers.enabled or settings.sheet.enabled):
+        return None
+    view = MemoryViewPublishers(node)
+    node.keep(lambda v: v.destroy(), view)
+    return view
+
+
 class MemoryViewPublishers:
     """The memory's markers and contact sheet of an active node (created only where ``markers.enabled`` or
     ``sheet.enabled``); ``node`` is the videokv node, read at each tick (a deactivation clears its worker)."""

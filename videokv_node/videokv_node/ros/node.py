@@ -2,13 +2,11 @@
 
 A thin adapter over the library: callbacks convert messages and hand work to the
 ``ModelWorker``; no callback ever runs the model. The node's parts, each created on
-activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, a
-mutually exclusive group each), ``ask`` (``~/ask`` service and action on one answering path,
-with the Spava forwarding of ``long_replay_client``), ``locate_service``,
-``memory_services`` (``~/reset``, ``~/save_memory``, ``~/load_memory``), ``memory_view``
-(``~/memory_markers``, ``~/answer_markers``, ``~/memory_sheet``), ``snapshots``
-(restore, shutdown, parking, periodic) and ``status`` (``~/memory_stats``,
-``/diagnostics``). Services, action and timers have their own callback groups, so a
+activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, a mutually exclusive
+group each), ``ask`` (``~/ask`` service and action on one answering path, with the Spava forwarding of
+``long_replay_client``), ``locate_service``, ``memory_services`` (``~/reset``, ``~/save_memory``,
+``~/load_memory``), ``memory_view`` (``~/memory_markers``, ``~/answer_markers``, ``~/memory_sheet``),
+``snapshots`` (restore, shutdown, parking, periodic) and ``status`` (``~/memory_stats``, ``/diagnostics``). Services, action and timers have their own callback groups, so a
 question is accepted while frames keep arriving, on a MultiThreadedExecutor.
 
 ``VideoKVMixin`` holds the node's work as the steps of a ROS 2 managed node
@@ -45,7 +43,7 @@ from videokv_node.runtime.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.memory_services import MemoryServices
-from videokv_node.ros.memory_view import MemoryViewPublishers
+from videokv_node.ros.memory_view import MemoryViewPublishers, start_view
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.ros.pose_intake import PoseIntake, check_available
 from videokv_node.ros.status import StatusPublishers
@@ -146,7 +144,6 @@ class VideoKVMixin:
             f"tokens resident + {self.engine.stats().budget_offload_bytes} bytes offload, sample_fps {settings.sampler.sample_fps}"
         )
 
-
     # --- activate: work in, answers out --------------------------------------
     def activate_step(self) -> None:
         """Bring back a parked memory, start the worker, create subscriptions, services, action and timers.
@@ -178,9 +175,7 @@ class VideoKVMixin:
         if mem.snapshot_period_s > 0:
             self.snapshotter = snapshots.start_periodic(self, self._series, mem.snapshot_period_s,
                                                         MutuallyExclusiveCallbackGroup())
-        if self.settings.markers.enabled or self.settings.sheet.enabled:  # ros/memory_view.py; before the status
-            self.view = MemoryViewPublishers(self)
-            self.keep(lambda v: v.destroy(), self.view)
+        self.view = start_view(self)  # ros/memory_view.py: None unless markers or sheet enabled; before the status
         self.status = StatusPublishers(self)  # last: a frame is taken once status is set
         self.keep(lambda p: p.destroy(), self.status)
         self.get_logger().info("active: ingesting frames and answering questions")
@@ -303,7 +298,6 @@ class VideoKVMixin:
             if future.cancel():
                 raise WorkerBusy(f"the model stayed busy for question_timeout_s ({self.settings.node.question_timeout_s} s)") from None
             return future.result()  # already running: it is quick
-
 
     # --- what the node's parts share -------------------------------------------
     def active_worker(self) -> ModelWorker:
