@@ -171,3 +171,24 @@ def test_the_sheet_shows_the_newest_frames_first_within_its_byte_cap():
 def test_bad_values_are_refused_with_the_parameter_named(cls, kwargs, reason):
     with pytest.raises(ConfigError, match=reason.replace(".", r"\.")):
         cls(**kwargs)
+
+
+def test_the_viewer_configurations_show_the_nodes_topics_with_matching_qos():
+    """config/videokv.rviz and config/videokv.foxglove.json parse and name the topics the node publishes."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    config = Path(__file__).resolve().parents[2] / "config"
+    rviz = yaml.safe_load((config / "videokv.rviz").read_text())
+    displays = {d["Name"]: d for d in rviz["Visualization Manager"]["Displays"]}
+    topics = {d["Topic"]["Value"]: d["Topic"] for d in displays.values() if "Topic" in d}
+    for latched in ("/videokv/memory_markers", "/videokv/answer_markers", "/videokv/memory_sheet"):
+        assert topics[latched]["Durability Policy"] == "Transient Local" and topics[latched]["Reliability Policy"] == "Reliable"
+    assert "/camera/image_raw" in topics and rviz["Visualization Manager"]["Global Options"]["Fixed Frame"] == "odom"
+    layout = json.loads((config / "videokv.foxglove.json").read_text())
+    text = json.dumps(layout["configById"])
+    for topic in ("/videokv/memory_markers", "/videokv/answer_markers", "/videokv/memory_sheet", "/camera/image_raw",
+                  "/videokv/memory_stats.frames_in_memory"):
+        assert topic in text
