@@ -20,7 +20,8 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.launch.py")),
-        ("share/" + package_name + "/config", glob("config/*.yaml")),
+        # The params file, and the viewers' configurations beside it (RViz2, Foxglove: docs/OPERATIONS.md).
+        ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.rviz") + glob("config/*.foxglove.json")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

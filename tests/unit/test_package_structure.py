@@ -24,12 +24,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "videokv_node" / "videokv_node"
 # programs -> ros -> runtime / eval / spava / tinyvlm -> memory -> ingest / vision -> models -> the ground floor.
 # programs (demo, client, synthetic camera, launcher, long-replay service, evaluation over DDS) use the node
 # from outside, as a user would; ros/ is the node and its surfaces only.
+# view (issue 46: the memory drawn as marker content and a contact sheet) reads the memory's blocks.
 # tinyvlm (the self-trained model's data, training and evaluation) sits beside eval: its evaluation
 # streams frames into the memory engine and asks it questions.
 LAYERS = {
     "programs": 6,
     "ros": 5,
-    "runtime": 4, "eval": 4, "spava": 4, "tinyvlm": 4,
+    "runtime": 4, "eval": 4, "spava": 4, "tinyvlm": 4, "view": 4,
     "memory": 3,
     "ingest": 2, "vision": 2,
     "models": 1,
@@ -38,7 +39,7 @@ MAX_LINES = 350
 SIZE_REASON = "Why one module:"  # a docstring line that says why a longer module is kept whole
 ROS_ONLY = ("rclpy", "rosidl_runtime_py", "launch", "launch_ros", "tf2_ros", "videokv_interfaces",
             "sensor_msgs", "geometry_msgs", "nav_msgs", "diagnostic_msgs", "std_msgs", "builtin_interfaces",
-            "lifecycle_msgs", "rosbag2_py", "message_filters", "cv_bridge")
+            "lifecycle_msgs", "rosbag2_py", "message_filters", "cv_bridge", "visualization_msgs")
 
 
 def module_files() -> dict[str, Path]:

@@ -35,7 +35,7 @@ def test_runtime_parameters_are_the_documented_ones():
 
 def test_names_follow_the_sections_and_every_parameter_has_a_meaning():
     table = parameters()
-    assert len(table) == 127  # 119 + memory.redundancy.* (issue 36) + answer.locate_words, memory.rekv.words (issue 34) + gil_switch_interval_s, vision.own_thread (issue 33)
+    assert len(table) == 141  # + markers.* (7) and sheet.* (7) (issue 46); 119 + memory.redundancy.* (issue 36) + answer.locate_words, memory.rekv.words (issue 34) + gil_switch_interval_s, vision.own_thread (issue 33)
     assert {"sample_fps", "sample_tolerance_s", "sample_reset_backward_s", "memory.streamkv.similarity", "memory.streamkv.split",
             "memory.hermes.recency", "memory.hermes.budget_rule", "pose_wait_s",
             "answer.option_scoring", "memory.rekv.selection", "vision.backend", "spava.archive_bytes", "locate_max_k", "base_frame",

@@ -1,4 +1,5 @@
-"""The node's own settings (``NodeSettings``, ``SpavaSettings``, ``LocateSettings``): ROS-free, and
+"""The node's own settings (``NodeSettings``, ``SpavaSettings``, ``LocateSettings``, ``MarkerSettings``,
+``SheetSettings``): ROS-free, and
 light (no memory/, no torch) so that the eval CLI can take the model parameters' defaults from here.
 
 Their parameters are mapped with the library's configs in ``videokv_node/settings.py``.
@@ -90,6 +91,55 @@ class LocateSettings:
     def __post_init__(self) -> None:
         if self.max_k < 1:
             raise ConfigError(f"locate_max_k must be >= 1, got {self.max_k}")
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerSettings:
+    """``~/memory_markers`` and ``~/answer_markers`` (``ros/memory_view.py``; the content: ``view/markers.py``)."""
+
+    enabled: bool = param(True, "publish the memory on the map (~/memory_markers) and each answer's evidence (~/answer_markers)")
+    rate_hz: float = param(1.0, "~/memory_markers at most this often (node clock), and only when the memory changed; in (0, 10]")
+    max_frames: int = param(300, "frames drawn at most (points and still spans), evenly spread over the memory's span, the newest and oldest always")
+    max_labels: int = param(100, "sighting labels at most (a run of frames of one camera with the same words is one sighting), the newest kept")
+    max_path_points: int = param(1000, "points of the robot's path at most, evenly spread over the memory's span")
+    point_size_m: float = param(0.15, "diameter in metres of a frame's point (an answer's evidence: twice it)")
+    text_size_m: float = param(0.25, "height in metres of the labels' text")
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate_hz <= 10:
+            raise ConfigError(f"markers.rate_hz must be in (0, 10], got {self.rate_hz}")
+        if self.max_frames < 1 or self.max_labels < 1 or self.max_path_points < 2:
+            raise ConfigError("need markers.max_frames >= 1, markers.max_labels >= 1 and markers.max_path_points >= 2, "
+                              f"got {self.max_frames}, {self.max_labels}, {self.max_path_points}")
+        if not 0 < self.point_size_m <= 10 or not 0 < self.text_size_m <= 10:
+            raise ConfigError(f"markers.point_size_m and markers.text_size_m must be in (0, 10] metres, "
+                              f"got {self.point_size_m}, {self.text_size_m}")
+
+
+@dataclass(frozen=True, slots=True)
+class SheetSettings:
+    """``~/memory_sheet``: the contact sheet of what is in memory (``ros/memory_view.py``; ``view/contact_sheet.py``)."""
+
+    enabled: bool = param(True, "keep a small thumbnail of each sampled frame and publish the contact sheet ~/memory_sheet")
+    thumbnail_bytes: int = param(4 << 20, "cap in bytes on the thumbnails kept (raw RGB), oldest dropped first")
+    thumbnail_width: int = param(96, "width in pixels of a thumbnail (height by the frame's aspect); in [16, 640]")
+    max_frames: int = param(24, "frames on the sheet at most, newest first")
+    columns: int = param(6, "thumbnails per row of the sheet")
+    max_bytes: int = param(256 << 10, "cap in bytes on the published sheet (JPEG): its quality, then its oldest frames, give way")
+    quality: int = param(80, "JPEG quality of the sheet, 1..100 (lowered, to 20 at least, to keep within sheet.max_bytes)")
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.thumbnail_width <= 640:
+            raise ConfigError(f"sheet.thumbnail_width must be in [16, 640] pixels, got {self.thumbnail_width}")
+        if self.thumbnail_bytes < self.thumbnail_width * self.thumbnail_width * 3:
+            raise ConfigError(f"sheet.thumbnail_bytes ({self.thumbnail_bytes}) must hold one square thumbnail "
+                              f"of sheet.thumbnail_width ({self.thumbnail_width * self.thumbnail_width * 3} bytes)")
+        if not 1 <= self.columns <= self.max_frames:
+            raise ConfigError(f"sheet.columns must be in [1, sheet.max_frames ({self.max_frames})], got {self.columns}")
+        if self.max_bytes < 16 << 10:
+            raise ConfigError(f"sheet.max_bytes must be >= 16384 (one small sheet), got {self.max_bytes}")
+        if not 1 <= self.quality <= 100:
+            raise ConfigError(f"sheet.quality must be in [1, 100], got {self.quality}")
 
 
 def model_defaults() -> dict[str, object]:

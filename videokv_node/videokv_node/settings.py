@@ -27,7 +27,7 @@ from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import GenerationConfig, MemoryConfig
 from videokv_node.memory.presets import apply_to_parameters
 # The node's own settings live in a module without memory/ (the eval CLI reads the model defaults cheaply).
-from videokv_node.node_settings import LocateSettings, NodeSettings, SpavaSettings
+from videokv_node.node_settings import LocateSettings, MarkerSettings, NodeSettings, SheetSettings, SpavaSettings
 from videokv_node.vision.config import VisionConfig
 
 
@@ -43,6 +43,8 @@ class Settings:
     spava: SpavaSettings = field(default_factory=SpavaSettings)  # a default: Spava is an optional add-on
     pose: PoseConfig = PoseConfig()  # robot poses stored with the frames (issue 17); off by default
     locate: LocateSettings = LocateSettings()
+    markers: MarkerSettings = MarkerSettings()  # ~/memory_markers, ~/answer_markers (issue 46)
+    sheet: SheetSettings = SheetSettings()  # ~/memory_sheet (issue 46)
 
 
 # (Settings field, name prefix, dataclass), in the order parameters are declared and documented.
@@ -55,6 +57,8 @@ SECTIONS = (
     ("spava", "spava.", SpavaSettings),
     ("pose", "", PoseConfig),
     ("locate", "locate_", LocateSettings),
+    ("markers", "markers.", MarkerSettings),
+    ("sheet", "sheet.", SheetSettings),
 )
 # The sections an evaluation's engine is built from (the rest is the node's own business).
 ENGINE_SECTIONS = ("sampler", "memory", "generation")

@@ -27,6 +27,7 @@ from videokv_node.memory.question import RequestError
 from videokv_node.ros import conversions
 from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
+from videokv_node.view.markers import EvidenceMark
 
 CANCEL_POLL_S = 0.05  # how often a queued goal looks for a cancel request
 
@@ -96,6 +97,9 @@ class AskSurfaces:
         node.counters.add("answered")
         conversions.fill_response(response, answer)
         response.message = note
+        view = node.view
+        if view is not None:  # the answer on the map: its evidence, oldest first, labelled with its text
+            view.answer_markers(answer.text.strip(), [EvidenceMark(i, e.stamp_ns, e.pose) for i, e in enumerate(answer.evidence)])
         return Outcome.ANSWERED
 
     def _ask_long_replay(self, request, response) -> tuple[bool, str]:

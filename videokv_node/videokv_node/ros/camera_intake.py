@@ -142,6 +142,9 @@ class CameraIntake:
             # the block's pose. A frame dropped before ingest keeps this one.
             poses = node.poses
             long_replay.archive.add(camera, stamp_ns, rgb, poses.peek(stamp_ns) if poses is not None else None)
+        view = node.view
+        if view is not None:  # a strided thumbnail for ~/memory_sheet, no encoding (ros/memory_view.py)
+            view.frame_sampled(camera, stamp_ns, rgb)
         frame, poses = Frame(camera, stamp_ns, rgb), node.poses
         if poses is not None and poses.parks_frames:  # waits for its pose, then deliver_frame
             poses.park(frame)

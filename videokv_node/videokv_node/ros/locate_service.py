@@ -17,6 +17,7 @@ from videokv_node.memory.locate import LocateQuery
 from videokv_node.memory.question import RequestError
 from videokv_node.ros.conversions import ns_to_time, pose_to_msg, request_scope
 from videokv_node.ros.node_host import NodeHost
+from videokv_node.view.markers import EvidenceMark
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
 
 
@@ -66,6 +67,10 @@ class LocateService:
         except Exception as exc:  # the node keeps running whatever the model raised
             node.get_logger().error(f"locate failed: {exc!r}")
             return _refuse(response, f"internal error: {exc}")
+        view = node.view
+        if view is not None:  # the answer on the map: the moments by rank, labelled with the query
+            view.answer_markers(request.query.strip(), [EvidenceMark(i, m.stamp_ns, m.pose, m.score)
+                                                        for i, m in enumerate(result.moments)])
         return fill_locate_response(response, result)
 
     def destroy(self) -> None:

@@ -50,12 +50,13 @@ def executor_threads(node: Node) -> int:
     """Threads enough that no camera waits for another and questions never wait for a thread.
 
     One per camera (each has its own callback group, ros/camera_intake.py), one per question
-    that may wait on the model (a service callback blocks on its answer), and four for the
-    timers, ~/locate, ~/reset and the action's bookkeeping. Read from the declared parameters:
+    that may wait on the model (a service callback blocks on its answer), and five for the
+    timers, ~/locate, ~/reset, the action's bookkeeping and the memory view's timer (ros/memory_view.py:
+    it waits on the model worker for a read of the memory). Read from the declared parameters:
     the lifecycle node may still be unconfigured, its settings not yet read.
     """
     topics = {t for name in ("image_topics", "compressed_topics") for t in node.get_parameter(name).value if t}
-    return 4 + node.get_parameter("max_pending_questions").value + len(topics)
+    return 5 + node.get_parameter("max_pending_questions").value + len(topics)
 
 
 RACE_RETRIES = 100  # consecutive failed wait sets before an error is taken as real, not a destruction race

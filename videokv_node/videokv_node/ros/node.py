@@ -2,12 +2,11 @@
 
 A thin adapter over the library: callbacks convert messages and hand work to the
 ``ModelWorker``; no callback ever runs the model. The node's parts, each created on
-activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, a
-mutually exclusive group each), ``ask`` (``~/ask`` service and action on one answering path,
-with the Spava forwarding of ``long_replay_client``), ``locate_service``,
-``memory_services`` (``~/reset``, ``~/save_memory``, ``~/load_memory``), ``snapshots``
-(restore, shutdown, parking, periodic) and ``status`` (``~/memory_stats``,
-``/diagnostics``). Services, action and timers have their own callback groups, so a
+activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, a mutually exclusive
+group each), ``ask`` (``~/ask`` service and action on one answering path, with the Spava forwarding of
+``long_replay_client``), ``locate_service``, ``memory_services`` (``~/reset``, ``~/save_memory``,
+``~/load_memory``), ``memory_view`` (``~/memory_markers``, ``~/answer_markers``, ``~/memory_sheet``),
+``snapshots`` (restore, shutdown, parking, periodic) and ``status`` (``~/memory_stats``, ``/diagnostics``). Services, action and timers have their own callback groups, so a
 question is accepted while frames keep arriving, on a MultiThreadedExecutor.
 
 ``VideoKVMixin`` holds the node's work as the steps of a ROS 2 managed node
@@ -44,6 +43,7 @@ from videokv_node.runtime.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
 from videokv_node.ros.memory_services import MemoryServices
+from videokv_node.ros.memory_view import MemoryViewPublishers, start_view
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
 from videokv_node.ros.pose_intake import PoseIntake, check_available
 from videokv_node.ros.status import StatusPublishers
@@ -100,6 +100,7 @@ class VideoKVMixin:
         self._parked: Path | None = None  # snapshot directory of the memory while inactive after a deactivation
         self._io: list = []  # (destroy function, entity) of what activate created
         self.status: StatusPublishers | None = None  # ~/memory_stats and /diagnostics while active
+        self.view: MemoryViewPublishers | None = None  # ~/memory_markers, ~/memory_sheet while active, if enabled
         self.long_replay: LongReplayClient | None = None  # Spava service client while active, if spava.enabled
         self.poses: PoseIntake | None = None  # robot poses while active, if pose_topic or pose_source tf
         self._series: SnapshotSeries | None = None  # periodic snapshots' directory while configured, if snapshot_dir is set
@@ -143,7 +144,6 @@ class VideoKVMixin:
             f"tokens resident + {self.engine.stats().budget_offload_bytes} bytes offload, sample_fps {settings.sampler.sample_fps}"
         )
 
-
     # --- activate: work in, answers out --------------------------------------
     def activate_step(self) -> None:
         """Bring back a parked memory, start the worker, create subscriptions, services, action and timers.
@@ -175,6 +175,7 @@ class VideoKVMixin:
         if mem.snapshot_period_s > 0:
             self.snapshotter = snapshots.start_periodic(self, self._series, mem.snapshot_period_s,
                                                         MutuallyExclusiveCallbackGroup())
+        self.view = start_view(self)  # ros/memory_view.py: None unless markers or sheet enabled; before the status
         self.status = StatusPublishers(self)  # last: a frame is taken once status is set
         self.keep(lambda p: p.destroy(), self.status)
         self.get_logger().info("active: ingesting frames and answering questions")
@@ -207,7 +208,7 @@ class VideoKVMixin:
     def _stop_work(self, join_s: float | None = None) -> None:
         """Destroy what activate created (no new callback starts), then join the worker (its queue fails)."""
         io, self._io = self._io, []
-        self.long_replay = self.poses = None
+        self.long_replay = self.poses = self.view = None
         for destroy, entity in reversed(io):
             destroy(entity)
         self.status = None
@@ -297,7 +298,6 @@ class VideoKVMixin:
             if future.cancel():
                 raise WorkerBusy(f"the model stayed busy for question_timeout_s ({self.settings.node.question_timeout_s} s)") from None
             return future.result()  # already running: it is quick
-
 
     # --- what the node's parts share -------------------------------------------
     def active_worker(self) -> ModelWorker:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
 from rclpy.clock import Clock
 
 from videokv_node.ingest.frame_intake import FrameIntake
@@ -29,6 +31,7 @@ from videokv_node.ros.pose_intake import PoseIntake
 from videokv_node.runtime.counters import Counters
 from videokv_node.runtime.periodic_snapshots import PeriodicSnapshotter
 from videokv_node.runtime.worker import ModelWorker
+from videokv_node.view.markers import EvidenceMark
 
 
 class RosNode(Protocol):
@@ -49,6 +52,13 @@ class RosNode(Protocol):
     def destroy_timer(self, timer) -> bool: ...
 
 
+class ViewSink(Protocol):
+    """What the other surfaces hand the memory's view (``ros/memory_view.py``): sampled frames and answers."""
+
+    def frame_sampled(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None: ...
+    def answer_markers(self, words: str, moments: list[EvidenceMark]) -> None: ...
+
+
 class NodeHost(RosNode, Protocol):
     """The node as its surfaces see it: its state (None where not held, see ``VideoKVMixin``) and four steps.
 
@@ -65,6 +75,7 @@ class NodeHost(RosNode, Protocol):
     poses: PoseIntake | None  # robot poses while active, if pose_topic or pose_source tf
     long_replay: LongReplayClient | None  # the Spava forwarding while active, if spava.enabled
     snapshotter: PeriodicSnapshotter | None  # periodic snapshots while active, if memory.snapshot_period_s > 0
+    view: ViewSink | None  # the memory's markers and contact sheet while active, if markers or sheet enabled
     status: object | None  # the status publishers, set last on activate: surfaces only test it for None
 
     def active_worker(self) -> ModelWorker:
