@@ -22,7 +22,8 @@ from videokv_node.tinyvlm.align import cell_targets
 from videokv_node.tinyvlm.dataset import build_examples
 from videokv_node.tinyvlm.train import train
 from videokv_node.tinyvlm.trainer import ProjectorTrainer
-from videokv_node.models.videokv_tiny import Projector, grid_pool, tiny_llama_config
+from videokv_node.models.pooling import grid_pool
+from videokv_node.models.videokv_tiny import Projector, tiny_llama_config
 
 
 @pytest.fixture(scope="module")

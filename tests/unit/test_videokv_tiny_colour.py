@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from videokv_node.models.efficientnet_lite import FEATURE_DIM, MID_FEATURE_DIM
-from videokv_node.models.videokv_tiny import COLOUR_STATS, Projector, colour_statistics
+from videokv_node.models.pooling import COLOUR_STATS, colour_statistics
+from videokv_node.models.videokv_tiny import Projector
 from videokv_node.tinyvlm.scenes import SIZE, Scene, Shape, area_in_columns, cell_words, column_holder
 
 

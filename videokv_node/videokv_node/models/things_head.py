@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from videokv_node.models.efficientnet_lite import FEATURE_DIM, MID_FEATURE_DIM
-from videokv_node.models.videokv_tiny import COLOUR_STATS, colour_statistics, grid_pool
+from videokv_node.models.pooling import COLOUR_STATS, colour_statistics, grid_pool
 
 THING_COLOURS = ("red", "green", "blue", "yellow")  # as tinyvlm.scenes.COLOURS (a test checks they agree)
 THING_SHAPES = ("circle", "square", "triangle")  # as tinyvlm.scenes.SHAPES

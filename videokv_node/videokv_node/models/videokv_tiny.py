@@ -40,55 +40,14 @@ from videokv_node.models.efficientnet_lite import (
     FEATURE_DIM, IMAGE_SIZE, MID_FEATURE_DIM, EfficientNetLite0, denormalise, load_efficientnet_lite0, normalise,
 )
 from videokv_node.models.nouns import NounBlock, NounConfig, read_noun_table
+from videokv_node.models.pooling import COLOUR_STATS, colour_statistics, grid_pool
+from videokv_node.models.things_head import HEAD_FILE, ThingHead
 from videokv_node.models.tiny_tokenizer import build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "videokv-tiny"
 PROJECTOR_FILE = "projector.safetensors"
 LORA_FILE = "lora.safetensors"  # the decoder's LoRA adapters, when the manifest names some (models/lora.py)
 MANIFEST_FILE = "manifest.json"
-
-
-def pool_matrix(n_in: int, n_out: int, like: torch.Tensor) -> torch.Tensor:
-    """(n_out, n_in): row i averages inputs [floor(i n_in / n_out), ceil((i + 1) n_in / n_out)), the
-    regions of ``adaptive_avg_pool``."""
-    m = torch.zeros(n_out, n_in, dtype=like.dtype, device=like.device)
-    for i in range(n_out):
-        start, end = (i * n_in) // n_out, -(-(i + 1) * n_in // n_out)
-        m[i, start:end] = 1.0 / (end - start)
-    return m
-
-
-def grid_pool(x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """(B, C, h, w) -> (B, C, rows, cols): ``F.adaptive_avg_pool2d(x, grid)`` as two matrix products.
-
-    Why: ONNX cannot export adaptive pooling of a map whose size it does not know statically
-    (the encoder's SAME padding hides it), so the vision backends could not serve this model.
-    A frame's map size is fixed by the model's image size, so the matrices are constants of an
-    exported graph (``int`` of the traced size); in eager mode they are rebuilt per call (tiny).
-    """
-    h, w = (int(v) for v in x.shape[-2:])
-    return pool_matrix(h, grid[0], x) @ x @ pool_matrix(w, grid[1], x).T
-
-
-COLOUR_STATS = 4  # per cell: the chroma-squared-weighted mean R, G, B and the mean chroma (colour_statistics)
-
-
-def colour_statistics(pixels: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """(B, 3, H, W) RGB in [0, 1] -> (B, COLOUR_STATS, rows, cols): per cell of the grid, the mean colour of
-    its pixels weighted by their chroma squared (max - min channel), and the cell's mean chroma.
-
-    Why (videokv-tiny v4, issue 14): an average-pooled cell of the encoder's maps mixes a shape with the
-    backdrop around it, and on textured or photo backdrops the v3 candidates could not name the colour of a
-    free shape even on the renders they were trained on (0.30). Saturated pixels dominate the weighted
-    mean, so it is the colour of what is coloured in the cell whatever the (unsaturated) backdrop; a
-    linear probe on these statistics named held-out shapes' colours at 0.88 (an MLP 0.97), one on the
-    pooled maps 0.76 (docs/BENCHMARKS.md, "Reading the videokv-tiny tables"). Matrix products and
-    reductions only, so it exports to ONNX with the encoder.
-    """
-    chroma = (pixels.amax(1, keepdim=True) - pixels.amin(1, keepdim=True))  # (B, 1, H, W)
-    weight = chroma * chroma
-    mean_rgb = grid_pool(pixels * weight, grid) / (grid_pool(weight, grid) + 1e-4)
-    return torch.cat([mean_rgb, grid_pool(chroma, grid)], 1)
 
 
 class Projector(nn.Module):
@@ -191,7 +150,7 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
     """EfficientNet-Lite0 + projector + a Llama-family decoder (SmolLM2) behind the adapter contract."""
 
     def __init__(self, encoder: EfficientNetLite0, projector: Projector, llm: LlamaForCausalLM, tokenizer, name: str,
-                 image_size: int = IMAGE_SIZE, nouns: NounBlock | None = None, things: nn.Module | None = None):
+                 image_size: int = IMAGE_SIZE, nouns: NounBlock | None = None, things: ThingHead | None = None):
         """``nouns`` (v5): the frame's noun block after its visual tokens; None (the weights before v5, and
         ``videokv-tiny-random``): visual tokens only. ``things`` (v6): the drawn-things head
         (``models/things_head.py``) whose words the noun block writes first (``nouns.extra``)."""
@@ -245,8 +204,6 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
             lora.to(device, dtype).merge_into(llm)
         nouns = things = None
         if manifest.get("things"):
-            from videokv_node.models.things_head import HEAD_FILE, ThingHead
-
             spec = dict(manifest["things"])
             things = ThingHead(hidden=spec["hidden"], grid=spec["grid"], names=tuple(spec["names"]))
             things.load_state_dict(load_file(weights_dir / HEAD_FILE), strict=True)
@@ -277,8 +234,6 @@ class VideoKVTinyAdapter(ChatVideoLLMAdapter):
                 torch.nn.init.normal_(projector.colour.weight, std=0.5)
             head = None
             if things:
-                from videokv_node.models.things_head import ThingHead
-
                 head = ThingHead(hidden=16).to(device)
         block = (NounBlock(read_noun_table(WEIGHTS_DIR / NounConfig().file), tokenizer, llm.get_input_embeddings(),
                            extra=head.names if head is not None else ()) if nouns or things else None)
