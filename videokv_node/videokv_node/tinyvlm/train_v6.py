@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="checkpoint and stop after this many seconds")
     p.add_argument("--finish", action="store_true", help="write the weights directory from the checkpoint and stop")
+    p.add_argument("--head-only", action="store_true",
+                   help="with --finish: the decoder and projector of --init-from unchanged, the head's words added "
+                        "(v5.1: what the drawn-things head gives before the decoder is trained to read long contexts)")
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     return p
 
@@ -223,8 +226,9 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
     from videokv_node.models.videokv_tiny import VideoKVTinyAdapter
     from videokv_node.tinyvlm.heldout import CHECK_EXAMPLES, HELD_OUT_SEED, accuracy_by_kind, held_out_examples, right_answers
 
-    projector.load_state_dict(load_file(args.checkpoint / PROJECTOR_FILE), strict=True)
-    lora.load_state_dict(load_file(args.checkpoint / LORA_FILE), strict=True)
+    if not args.head_only:
+        projector.load_state_dict(load_file(args.checkpoint / PROJECTOR_FILE), strict=True)
+        lora.load_state_dict(load_file(args.checkpoint / LORA_FILE), strict=True)
     progress = json.loads((args.checkpoint / "progress.json").read_text())
     args.out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in projector.state_dict().items()}, args.out / PROJECTOR_FILE)
@@ -238,6 +242,21 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
     right = right_answers(adapter, held_out)
     by_kind, overall = accuracy_by_kind(adapter, held_out, right)
     manifest = dict(init)
+    if args.head_only:  # v5's decoder, projector, data and training as they were; the head and the check are new
+        manifest.update({
+            "version": "v5.1",
+            "nouns": dataclasses.asdict(nouns.config),
+            "things": head.config(),
+            "things_head": {k: head_report[k] for k in ("command", "seed", "hidden", "steps", "batch", "lr", "frames",
+                                                        "threshold", "max_false", "scores", "wall_s")},
+            "held_out": dict(init["held_out"]) | {
+                "accuracy": round(overall, 4), "by_kind": {k: round(v, 4) for k, v in sorted(by_kind.items())},
+                "check": {"examples": CHECK_EXAMPLES, "accuracy": round(sum(right[:CHECK_EXAMPLES]) / CHECK_EXAMPLES, 4),
+                          "right": right[:CHECK_EXAMPLES]}},
+        })
+        (args.out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+        print(json.dumps(manifest["held_out"], indent=1))
+        return
     manifest.update({
         "version": "v6",
         "projector": projector.config(),
