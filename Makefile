@@ -36,7 +36,7 @@
 #                       1,800-frame streams, ~/locate and "Did you see a <noun>?" with and without the frames'
 #                       words (docs/bench/things.md; about 15 minutes)
 #   make bench-drawn    videokv-tiny on single frames of held-out footage with one shape drawn in: its colour and shape
-#                       by choice and open, and whether the frame's words name it (docs/bench/drawn.md; ~10 minutes)
+#                       by choice and open, and whether the frame's words name it (docs/bench/drawn.md)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
