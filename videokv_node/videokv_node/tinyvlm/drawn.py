@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image, ImageDraw
 
 from videokv_node.eval.footage import FOOTAGE_SPLITS
-from videokv_node.tinyvlm.looks import BLUR_RANGE, BLUR_SHARE, CAST, GAIN_RANGE, NOISE_RANGE
+from videokv_node.tinyvlm.looks import BLUR_RANGE, BLUR_SHARE, CAST, GAIN_RANGE, NOISE_RANGE, Look, film
 from videokv_node.tinyvlm.render import draw_shape
 from videokv_node.tinyvlm.scenes import COLOURS, SHAPES
 
@@ -100,12 +100,8 @@ def render_drawn(frame: DrawnFrame, size: tuple[int, int] = FRAME_SIZE) -> np.nd
     draw = ImageDraw.Draw(img)
     for t in frame.things:
         draw_shape(draw, t.shape, t.colour, t.x * img.width, t.y * img.height, t.side * img.height / 2, rng)
-    if frame.blur > 0:
-        img = img.filter(ImageFilter.GaussianBlur(frame.blur))
-    x = np.asarray(img, dtype=np.float32) * frame.gain * np.asarray(frame.cast, dtype=np.float32)
-    if frame.noise > 0:
-        x = x + rng.normal(0, frame.noise, x.shape)
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    # filmed as the varied scenes are (the background is the footage's own view: "photo" only names the kind)
+    return film(img, Look("photo", frame.gain, frame.cast, frame.blur, frame.noise), rng)
 
 
 def _side(rng: np.random.Generator, held_out: bool) -> float:
