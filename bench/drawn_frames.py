@@ -9,6 +9,11 @@ the frame's height up, filmed) goes alone into a ``full`` memory, and the model 
 multiple choice scored by likelihood (the node's default) and open (greedy answer, right when it names the right
 colour or shape and no other). Beside them, the words the frame's block carries (the things head's, the noun
 block's first slot): what ``~/locate`` and retrieval find it by. Every figure with its 95% Wilson interval.
+
+``--context K``: the frame goes in among K frames of the split's footage with nothing drawn (the needle at a random
+place), all in the ``full`` memory, as a question's context holds the needle among other frames. The gap between
+K = 0 and K = 8 is what issue 43 found: the words name the thing, the decoder reads it alone, and among eight real
+frames it answers another colour.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def _named(answer: str, right: str, values) -> bool:
     return right in words and not any(v in words for v in values if v != right)
 
 
-def run(model: str, split: str, n: int, seed: int, held_out_sizes: bool) -> dict:
+def run(model: str, split: str, n: int, seed: int, held_out_sizes: bool, context: int = 0) -> dict:
     adapter = load_model(model)
     sampler = DrawnSampler(split, seed, held_out_sizes=held_out_sizes)
     counts = {k: [] for k in ("colour choice", "shape choice", "colour open", "shape open", "words name it")}
@@ -46,10 +51,14 @@ def run(model: str, split: str, n: int, seed: int, held_out_sizes: bool) -> dict
     for i in range(n):
         spec = sampler.frame(n_things=1)
         thing = spec.things[0]
-        engine = VideoMemoryEngine(adapter, MemoryConfig(policy="full", budget_tokens=sink + 4 * T, local_window_tokens=T),
+        specs = [sampler.frame(n_things=0) for _ in range(context)]
+        at = int(sampler.rng.integers(context + 1))
+        specs.insert(at, spec)
+        engine = VideoMemoryEngine(adapter, MemoryConfig(policy="full", budget_tokens=sink + (context + 4) * T,
+                                                         local_window_tokens=(context + 1) * T),
                                    GenerationConfig(max_new_tokens=6))
-        engine.ingest([Frame("/camera", (i + 1) * 10**9, render_drawn(spec))])
-        words = next(engine.store.blocks()).words  # what the memory keeps of the frame's word block
+        engine.ingest([Frame("/camera", (i * (context + 1) + j + 1) * 10**9, render_drawn(f)) for j, f in enumerate(specs)])
+        words = [b.words for b in engine.store.blocks()][at]  # what the memory keeps of the needle's word block
         counts["words name it"].append(thing.name in words)
         for kind, q, right, values in (("colour", f"Which colour did the {thing.shape} have?", thing.colour, tuple(COLOURS)),
                                        ("shape", f"What shape was the {thing.colour} thing?", thing.shape, SHAPES)):
@@ -78,16 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=120)
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--held-out-sizes", action="store_true", help="sides only of tinyvlm/drawn.py HELD_OUT_SIDES")
+    p.add_argument("--context", type=int, default=0, help="frames of the split with nothing drawn around the needle")
     p.add_argument("--out", default=DOC)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     machine = describe(REPO)
     t0 = time.perf_counter()
-    counts = run(args.model, args.split, args.frames, args.seed, args.held_out_sizes)
-    title = f"{args.model}, {args.split} footage, one shape a frame" + (", held-out sizes" if args.held_out_sizes else "")
+    if args.context < 0:
+        p.error("--context must be 0 or more")
+    counts = run(args.model, args.split, args.frames, args.seed, args.held_out_sizes, args.context)
+    title = (f"{args.model}, {args.split} footage, one shape a frame" + (", held-out sizes" if args.held_out_sizes else "")
+             + (f", among {args.context} other frames" if args.context else ""))
     info = {"title": title, "run": report.run_table(machine, 1, report.command_line("python -m bench.drawn_frames", argv),
                                                     time.perf_counter() - t0, __import__("os").getloadavg())}
-    tag = f"{args.split}{'-sizes' if args.held_out_sizes else ''}"
+    tag = f"{args.split}{'-sizes' if args.held_out_sizes else ''}{f'-context{args.context}' if args.context else ''}"
     report.publish(render(counts, info), args.out, REPO, BEGIN.replace("frames", f"frames {tag}"),
                    END.replace("frames", f"frames {tag}"))
     return 0

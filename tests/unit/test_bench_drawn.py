@@ -23,3 +23,15 @@ def test_a_short_run_writes_every_measure(tmp_path):
     for measure in ("colour choice", "shape choice", "colour open", "shape open", "words name it"):
         assert f"| {measure} | " in text and "/2 = " in text
     assert "<!-- BEGIN drawn frames val -->" in text
+
+
+@pytest.mark.skipif(opencv_data_dir() is None, reason="the splits' footage is opencv-doc's (scripts/setup_footage.sh)")
+def test_context_runs_the_needle_among_other_frames(tmp_path):
+    out = tmp_path / "drawn.md"
+    assert main(["--model", "videokv-tiny-random", "--frames", "2", "--split", "val", "--context", "3",
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "<!-- BEGIN drawn frames val-context3 -->" in text and "among 3 other frames" in text
+    assert "| words name it | " in text and "/2 = " in text
+    with pytest.raises(SystemExit):
+        main(["--model", "videokv-tiny-random", "--frames", "1", "--context", "-1", "--out", str(out)])

@@ -88,3 +88,21 @@ def test_same_seed_same_examples():
     assert a == b
     with pytest.raises(ValueError, match="no needle frames"):
         HourExampleSampler(0, {}, shots)
+
+
+def test_kind_weights_shift_the_mixture_and_bad_ones_are_refused():
+    """Weights 3:3:1:1:1 give colour and shape about 3/9 each where order and after are allowed (2 things or more),
+    3/7 where only colour, shape and count are; uniform gives 1/5 to 1/3. 600 examples: well apart."""
+    needles = {n: [_frame("needle", k * 100 + j, n) for j in range(3)] for k, n in enumerate(NAMES)}
+    shots = [[_frame(f"shot{s}", s * 10 + j) for j in range(6)] for s in range(10)]
+    weighted = HourExampleSampler(1, needles, shots, (8, 16), 0.0, {"hour colour": 3, "hour shape": 3}).examples(600)
+    plain = HourExampleSampler(1, needles, shots, (8, 16), 0.0).examples(600)
+    share = lambda exs: sum(ex.kind in ("hour colour", "hour shape") for ex in exs) / len(exs)
+    assert share(weighted) > 0.62 and share(plain) < 0.48
+    for ex in weighted:  # the answers stay right under the weights
+        if ex.kind == "hour colour":
+            assert any(f.things and f.things[0].colour == ex.answer for f in ex.scenes)
+    with pytest.raises(ValueError, match="kind weights"):
+        HourExampleSampler(1, needles, shots, kind_weights={"colour": 2})
+    with pytest.raises(ValueError, match="kind weights"):
+        HourExampleSampler(1, needles, shots, kind_weights={"hour colour": 0})

@@ -47,13 +47,21 @@ class HourExampleSampler:
     frames showing nothing (a run is one source, as a shot)."""
 
     def __init__(self, seed: int, needles: dict[str, list[DrawnFrame]], shots: list[list[DrawnFrame]],
-                 frames: tuple[int, int] = (8, 48), letter_share: float = 0.3):
+                 frames: tuple[int, int] = (8, 48), letter_share: float = 0.3,
+                 kind_weights: dict[str, float] | None = None):
+        """``kind_weights``: a kind's weight in the draw of each example's kind (the kinds a context allows; missing
+        kinds weigh 1); None: every allowed kind alike (issue 43 run3 weighs colour and shape up: the kinds the
+        decoder read worst)."""
         missing = [n for n in NAMES if not needles.get(n)]
         if missing:
             raise ValueError(f"no needle frames for {missing}")
         self.rng = np.random.default_rng([seed, 4343])
         self.needles, self.shots = needles, [s for s in shots if s]
         self.frames, self.letter_share = frames, letter_share
+        unknown = set(kind_weights or {}) - set(KINDS)
+        if unknown or any(w <= 0 for w in (kind_weights or {}).values()):
+            raise ValueError(f"kind weights must be positive and name kinds of {KINDS}: {kind_weights}")
+        self.kind_weights = kind_weights
 
     def _background(self, n: int) -> list[DrawnFrame]:
         out: list[DrawnFrame] = []
@@ -96,7 +104,11 @@ class HourExampleSampler:
         rng = self.rng
         seen = list(dict.fromkeys(name for name, _, _ in showings))
         kinds = ["hour colour", "hour shape", "hour count"] + (["hour order", "hour after"] if len(seen) > 1 else [])
-        kind = kinds[int(rng.integers(len(kinds)))]
+        if self.kind_weights is None:
+            kind = kinds[int(rng.integers(len(kinds)))]
+        else:
+            w = np.array([self.kind_weights.get(k, 1.0) for k in kinds])
+            kind = kinds[int(rng.choice(len(kinds), p=w / w.sum()))]
         words = WORDINGS[kind]
         wording = words[int(rng.integers(len(words)))]
         x = seen[int(rng.integers(len(seen)))]

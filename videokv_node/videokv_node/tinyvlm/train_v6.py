@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-gap", type=int, default=96)
     p.add_argument("--gap-share", type=float, default=0.5)
     p.add_argument("--hour-examples", type=int, default=4000)
+    p.add_argument("--hour-kind-weights", default="",
+                   help="'hour colour=3,hour shape=3': the long examples' kinds drawn by these weights (others 1); "
+                        "'' all alike")
     p.add_argument("--min-frames", type=int, default=8)
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--v5-share", type=float, default=0.35, help="share of the mixture from v5's recipe")
@@ -127,7 +130,7 @@ def build_data(args, encoder, projector, head, nouns, log=print):
             background[f.source].append(f)
     shots = [fs[i : i + 6] for fs in background.values() for i in range(0, len(fs), 6)]
     hour = HourExampleSampler(args.seed, dict(needles), shots, (args.min_frames, args.max_frames),
-                              args.letter_share).examples(args.hour_examples)
+                              args.letter_share, parse_weights(args.hour_kind_weights)).examples(args.hour_examples)
     asked = things.questions(1500, {s: blocks[s].tolist() for s in things.scenes()}, scenes, 0.5, 4)
     rest = v5 + asked
     n_v5 = min(len(rest), round(args.v5_share / (1 - args.v5_share) * len(hour)))
@@ -135,6 +138,19 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     mixture = hour + [rest[i] for i in pick]
     order = torch.randperm(len(mixture), generator=torch.Generator().manual_seed(args.seed + 43))
     return [mixture[i] for i in order], features, blocks
+
+
+def parse_weights(text: str) -> dict[str, float] | None:
+    """'hour colour=3,hour shape=3' -> {'hour colour': 3.0, 'hour shape': 3.0}; '' -> None."""
+    if not text.strip():
+        return None
+    out = {}
+    for item in text.split(","):
+        kind, sep, weight = item.partition("=")
+        if not sep:
+            raise ValueError(f"--hour-kind-weights: {item!r} is not kind=weight")
+        out[kind.strip()] = float(weight)
+    return out
 
 
 def batches(groups: list[list[int]], batch: int, seed: int, steps: int):
