@@ -22,7 +22,7 @@ from tests.unit.helpers import plain_forward, random_frames, stream_positions
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
 from videokv_node.config_base import ConfigError
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
-from videokv_node.memory.locate import LocateQuery, Moment, rank_moments, rerank_by_likelihood, subject_of
+from videokv_node.memory.questions.locate import LocateQuery, Moment, rank_moments, rerank_by_likelihood, subject_of
 from videokv_node.pose import Pose, yaw_quaternion
 
 ATOL = 1e-9

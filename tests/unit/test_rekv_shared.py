@@ -230,7 +230,7 @@ def test_rerank_is_the_policys_through_read_alone(likelihood, expected):
 
 
 def test_rerank_is_off_in_the_paper_preset_and_checked():
-    from videokv_node.memory.presets import preset_memory_config
+    from videokv_node.memory.records.presets import preset_memory_config
 
     assert preset_memory_config("paper", "rekv").rekv.rerank == 0
     with pytest.raises(ConfigError, match="memory.rekv.rerank"):

@@ -25,24 +25,24 @@ from collections.abc import Callable
 import torch
 from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.answering import AnsweringMixin
+from videokv_node.memory.questions.answering import AnsweringMixin
 from videokv_node.memory.context.batch_prefill import BatchPrefill, build_blocks, prefill
 from videokv_node.memory.store.block import FrameBlock, Tier
 from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.clock import elapsed_s
+from videokv_node.memory.records.clock import elapsed_s
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
 from videokv_node.memory.context.encoding import EncodeJob, Unit
-from videokv_node.memory.engine_state import EngineStateMixin
+from videokv_node.memory.snapshot.engine_state import EngineStateMixin
 from videokv_node.memory.policies.factory import make_policy
 from videokv_node.memory.policies.base import present_in
 from videokv_node.memory.policies.host import EngineHost
 from videokv_node.memory.question import Frame
-from videokv_node.memory.redundancy import StillFilter, StillIngestMixin
+from videokv_node.memory.frames.still import StillFilter, StillIngestMixin
 from videokv_node.memory.context.question_stage import make_question_stage
 from videokv_node.memory.context.resident_cache import ResidentCache
 from videokv_node.memory.context.retrieval_cache import QueryCapture, Sink, placed_cache
 from videokv_node.memory.stats import EngineStats, LatencyWindow
-from videokv_node.memory.vision_stage import PreparedFrames, VisionStageMixin
+from videokv_node.memory.frames.vision_stage import PreparedFrames, VisionStageMixin
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.pose import Pose
 
@@ -75,7 +75,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
         self._next_block_id = self._ingested = 0
         self._ingest_ms = LatencyWindow()
         self._lock = threading.Lock()
-        self.still = StillFilter(memory.redundancy) if memory.redundancy.enabled else None  # memory/redundancy.py
+        self.still = StillFilter(memory.redundancy) if memory.redundancy.enabled else None  # memory/frames/still.py
         self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
         self.last_layer_token_share: list[dict[int, float]] = []  # per layer, {stamp: share of its tokens attended}
         self._context_len = 0  # largest per-layer context (sink included) of the last question

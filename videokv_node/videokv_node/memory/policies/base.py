@@ -184,7 +184,7 @@ class MemoryPolicy(ABC):
     def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
         """(N,) this policy's own retrieval score of each candidate for ``text`` (``~/locate``), or None
         when it has none: locate then ranks frames by a question prefill's attention mass
-        (``memory/locate.py``). Default: None."""
+        (``memory/questions/locate.py``). Default: None."""
         return None
 
 

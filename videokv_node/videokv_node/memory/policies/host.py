@@ -48,7 +48,7 @@ class PolicyHost(Protocol):
     def read_alone(self, blocks: Sequence[FrameBlock], text: str) -> list[float]:
         """Per block, the mean log-probability per token (natural log, <= 0) of ``text``'s subject as the
         answer to ``answer.locate_prompt`` asked over the prompt sink and that block alone (its kept
-        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (memory/locate.py
+        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (memory/questions/locate.py
         ``likelihood_scores``). Memory is not changed."""
 
 

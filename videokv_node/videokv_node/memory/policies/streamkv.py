@@ -66,7 +66,7 @@ from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHos
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, criterion, select_kv
-from videokv_node.memory.state import dtype_from_name, dtype_name
+from videokv_node.memory.records.state import dtype_from_name, dtype_name
 
 
 @register_policy

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from videokv_node.memory.snapshot.files import MANIFEST, SnapshotError, leftovers, sha256
 from videokv_node.memory.snapshot.pack import FORMAT, READABLE_VERSIONS, SNAPSHOT_VERSION, STATE, TENSORS_V1
-from videokv_node.memory.state import dtype_from_name, dtype_name, reason
+from videokv_node.memory.records.state import dtype_from_name, dtype_name, reason
 from videokv_node.pose import Pose
 
 

@@ -3,7 +3,7 @@
 A model may write words into a frame's block (videokv-tiny v5: the encoder's classifier's nouns, from a
 table of 589 plain nouns, ``models/weights/videokv-tiny/nouns.tsv``); the memory keeps them with the block
 (``FrameBlock.words``). ``words_shortlist`` finds the blocks whose words a query names, for
-``memory/locate.py``'s likelihood re-ranking to read (and ``rekv``'s questions), one sighting at a time
+``memory/questions/locate.py``'s likelihood re-ranking to read (and ``rekv``'s questions), one sighting at a time
 (``sightings``: a thing out of view for more than ``SIGHTING_GAP_S`` is seen again), so that frames of one
 moment do not crowd out another moment.
 

@@ -53,7 +53,7 @@ words name the query's thing (below).
 
 **Words** (not in any seed; issue 34): a model that writes words into a frame's tokens (videokv-tiny v5's
 nouns, ``VideoLLMAdapter.frame_words``) has them kept with the frame's block (``FrameBlock.words``). With
-re-ranking on, the blocks whose words name the query's subject (``memory/words.py``: a word as whole
+re-ranking on, the blocks whose words name the query's subject (``memory/store/words.py``: a word as whole
 words of the subject, singular or plural, or a common synonym) join the shortlist, at most max(N, top_k),
 one sighting at a time, the frame's most certain word first, then the newest (``words_shortlist``); the method is then
 ``<first>+words+likelihood``. Why: on real things ReKV's mean key shortlisted the same frames for every

@@ -21,13 +21,13 @@ import torch
 from videokv_node.memory.context.attended import attended_frames, evidence_of
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_index import Candidates
-from videokv_node.memory.clock import elapsed_s
+from videokv_node.memory.records.clock import elapsed_s
 from videokv_node.memory.config import OPTION_SCORINGS, ConfigError, check_choice
 from videokv_node.memory.context.encoding import EncodeJob
-from videokv_node.memory.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
+from videokv_node.memory.questions.locate import (AttentionMass, LocateQuery, LocateResult, block_masses, likelihood_scores, rank_moments,
                                         rerank_by_likelihood, subject_of, with_named)
-from videokv_node.memory.words import words_shortlist
-from videokv_node.memory.options import distinct_spans, option_texts, span_means
+from videokv_node.memory.store.words import words_shortlist
+from videokv_node.memory.questions.options import distinct_spans, option_texts, span_means
 from videokv_node.memory.context.selection import InPass
 from videokv_node.memory.question import Answer, Continuations, Question, RequestError
 from videokv_node.memory.context.question_cache import question_context
@@ -132,7 +132,7 @@ class AnsweringMixin:
         (``_continuation_logprobs``). Options of different token lengths are made comparable by
         the **mean** log-probability per token: a sum would favour the shortest option (every
         extra token only adds a negative term), whatever the memory says. The mean is taken over
-        the tokens that tell the options apart (``memory/options.py``: labels such as "A)" dropped,
+        the tokens that tell the options apart (``memory/questions/options.py``: labels such as "A)" dropped,
         tokens every option shares at its start or end left out). ``option_scores`` is the
         softmax of the means (sums to 1); ties go to the first option. Every option must also
         fit ``memory.max_question_tokens`` on its own, else RequestError.
@@ -253,7 +253,7 @@ class AnsweringMixin:
 
     @torch.inference_mode()
     def locate(self, query: LocateQuery) -> LocateResult:
-        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/locate.py``), no text generated:
+        """The ``query.top_k`` moments most relevant to ``query.text`` (``memory/questions/locate.py``), no text generated:
         the policy's retrieval scores, else one question prefill's attention mass; then (``answer.locate_rerank``
         > 0) the best, and the blocks whose words name the query's thing, re-ranked by the query's likelihood about
         each alone. Refuses (RequestError, nothing changed) an empty query, top_k < 1, a bad window, too long a query, or no frames to rank."""
@@ -272,7 +272,7 @@ class AnsweringMixin:
             blocks, values, method = [chosen[bid] for bid in per_block], list(per_block.values()), "attention"
         shortlist = max(query.top_k, answer.locate_rerank)
         moments = rank_moments(blocks, values, shortlist, sources := {})
-        if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/locate.py)
+        if answer.locate_rerank:  # each shortlisted moment's block read alone (memory/questions/locate.py)
             subject = subject_of(query.text)
             ids = self.store.words.named(subject) if answer.locate_words else {}  # the store's word index
             if ids and (named := words_shortlist([b for b in candidates if b.block_id in ids], subject, shortlist)):
@@ -288,7 +288,7 @@ class AnsweringMixin:
 
     def read_alone(self, blocks: list[FrameBlock], text: str) -> list[float]:
         """``PolicyHost.read_alone``: per block, the mean log-probability per token of ``text``'s subject as the
-        answer to ``answer.locate_prompt`` about that block alone (memory/locate.py ``likelihood_scores``)."""
+        answer to ``answer.locate_prompt`` about that block alone (memory/questions/locate.py ``likelihood_scores``)."""
         return likelihood_scores(self.adapter, self.store, self.sink, self.policy, blocks, self.generation.answer.locate_prompt, text)
 
     def _generate(self, logits: torch.Tensor, cache, next_pos: int, max_new: int, on_token) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 
-from videokv_node.memory.state import PolicyStateError, dtype_name, reason
+from videokv_node.memory.records.state import PolicyStateError, dtype_name, reason
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.pose import Pose
 

@@ -35,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from videokv_node.memory.clock import elapsed_s
+from videokv_node.memory.records.clock import elapsed_s
 from videokv_node.memory.question import Frame
 from videokv_node.models.adapter import VideoLLMAdapter
 
