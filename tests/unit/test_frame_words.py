@@ -74,9 +74,9 @@ def test_blocks_keep_their_frames_words(tiny_adapter, worded, policy):
     live = {(b.camera, s) for b in e.store.blocks() for s in b.stamps_ns}
     live |= {(u.camera, s) for u in e.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
     newest = max(s for _, s in live)
-    assert all(k in live or k[1] > newest for k in e._frame_words)  # the table follows memory
+    assert all(k in live or k[1] > newest for k in e.tables.words)  # the table follows memory
     e.reset()
-    assert e._frame_words == {}
+    assert e.tables.words == {}
 
 
 @pytest.mark.parametrize("policy", ["rekv", "streamkv", "mukv"])

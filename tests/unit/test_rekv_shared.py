@@ -17,7 +17,7 @@ from tests.unit import references as ref
 from tests.unit.helpers import random_frames
 from tests.unit.test_policies import ADAPTER, GEO, block
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.policies.factory import ReKVPolicy
+from videokv_node.memory.policies.rekv import ReKVPolicy
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore

@@ -8,10 +8,10 @@ preset (memory-conscious, today's node); the ``paper`` preset (``memory/records/
 seed's own values and mechanisms. The descriptions and comments say where a value comes from,
 where the paper gave none and we chose, and where ``robot`` departs from the paper.
 
-The memory policies are declared here with their hyper-parameters' dataclass (``policy_config``):
-``POLICIES``, ``MemoryConfig``'s sections (checked at import), the node's parameters and the docs
-follow that declaration, and each policy class registers itself under that name
-(``memory/policies/registry.py``).
+The memory policies are declared here, and only here, with their hyper-parameters' dataclass
+(``policy_config``): ``POLICIES``, ``MemoryConfig``'s sections (checked at import), the node's parameters
+and the docs follow that declaration, and the factory finds the class of a policy ``<name>`` in
+``memory/policies/<name>.py`` (``memory/policies/factory.py``): the one registry.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ HERMES_GLOBAL_QUERY = "Summarize the video narrative, identifying main character
 
 # The memory policies in declaration order, each with the dataclass of its hyper-parameters (the
 # parameters memory.<name>.*), or None for a policy without any. Filled by ``declare_policy`` and
-# ``policy_config`` below only; memory/policies/ registers a class for each name (``register_policy``).
+# ``policy_config`` below only; the class of a policy <name> is memory/policies/<name>.py's (``factory.policy_class``).
 POLICY_CONFIGS: dict[str, type | None] = {}
 
 
@@ -259,7 +259,7 @@ class MemoryConfig:
     redundancy: RedundancyConfig = field(default_factory=RedundancyConfig)  # still frames (issue 36), any policy
 
     def __post_init__(self) -> None:
-        check_choice("memory.policy", self.policy, POLICIES)
+        check_choice("memory.policy", self.policy, tuple(POLICY_CONFIGS))  # POLICIES, and any declared since
         check_choice("memory.preset", self.preset, PRESETS)
         check_choice("memory.question_stage", self.question_stage, QUESTION_STAGES)
         for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens", "prefill_batch"):

@@ -35,7 +35,6 @@ one-block-per-frame retrieval and RoPE layout every policy relies on.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -146,40 +145,3 @@ class StillFilter:
 def span_of(stored: _Stored) -> tuple[int, int, Pose | None]:
     """(last stamp, frames merged, pose at the last stamp) of a stored frame's span."""
     return stored.span_end_ns, stored.merged, stored.end_pose
-
-
-class StillIngestMixin:
-    """The engine's side of still frames (``VideoMemoryEngine``; its thread only): ``self.still`` is a
-    ``StillFilter`` or None (``memory.redundancy.enabled`` off: every frame is encoded, as before)."""
-
-    still: StillFilter | None
-
-    def _merge_still(self, frames: list[Frame]) -> list[Frame]:
-        """The frames to encode; the still ones extend their stored frame's blocks now, each counted as
-        ingested with its (tiny) cost in the ingest latencies. Off: ``frames`` itself."""
-        if self.still is None or not frames:
-            return frames
-        t0 = time.perf_counter()
-        kept, grown = self.still.split(frames, self.store.__contains__)
-        self._extend_spans(grown)
-        merged = len(frames) - len(kept)
-        if merged:
-            ms = (time.perf_counter() - t0) * 1e3 / len(frames)  # the test's cost per frame, kept ones included
-            for _ in range(merged):
-                self._ingest_ms.add(ms)
-            self._ingested += merged
-            if not kept:
-                self._stats = self._snapshot()
-        return kept
-
-    def _note_still(self, blocks: list[FrameBlock]) -> None:
-        """New blocks join their stored frame's span (a StreamKV segment closes after frames merged into it)."""
-        if self.still is not None:
-            self._extend_spans(self.still.made(blocks))
-
-    def _extend_spans(self, stored_frames: list[_Stored]) -> None:
-        with self._lock:
-            for stored in stored_frames:
-                for block in stored.blocks:
-                    if block in self.store:
-                        self.store.extend_span(block, *span_of(stored))

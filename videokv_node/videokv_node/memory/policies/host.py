@@ -1,10 +1,13 @@
 """What a memory policy may ask of the engine it is plugged into, and nothing more.
 
-A policy decides; the engine encodes, stores and counts. Some decisions need the engine's
-help: HERMES places the cache after the prompt sink to score it and mints an id for its
-summary token, StreamKV encodes its open segment ahead of time, policies with guidance
-prompts read a text's queries, ReKV's re-ranking reads each frame of a shortlist alone. ``PolicyHost`` names exactly that, so a policy depends on
-this protocol, never on the engine class (no import cycle, and no way to reach the rest).
+A policy decides; the engine encodes, stores and counts, and only the engine runs the model
+(``ModelRunner``, memory/context/model_runner.py). Some decisions need its help: HERMES scores
+the cache with its pseudo-queries (through the model over the live cache, or against the
+placed keys) and mints an id for its summary token, StreamKV encodes its open segment ahead
+of time, policies with guidance prompts read a text's queries, ReKV's re-ranking reads each
+frame of a shortlist alone. ``PolicyHost`` names exactly that, so a policy depends on this
+protocol, never on the engine class (no import cycle, and no way to reach the rest), and
+never calls the model or builds a cache itself.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Protocol
 import torch
 
 from videokv_node.memory.context.encoding import EncodeJob
-from videokv_node.memory.context.retrieval_cache import Sink
+from videokv_node.memory.context.retrieval_cache import Sink, Targets
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_store import BlockStore
 
@@ -54,7 +57,7 @@ class PolicyHost(Protocol):
 
 @dataclass(slots=True)
 class EngineHost:
-    """A ``PolicyHost`` made of the engine's store, sink and four of its methods: what the engine
+    """A ``PolicyHost`` made of the engine's store, sink and its model runner's methods: what the engine
     hands its policy (``MemoryPolicy.setup``), so the policy holds these, not the engine. Only the
     engine changes it (``sink`` is dropped on ``close``)."""
 
@@ -64,3 +67,5 @@ class EngineHost:
     encode_units: Callable[..., list[FrameBlock]]
     probe: Probe
     read_alone: Callable[[Sequence[FrameBlock], str], list[float]]
+    pseudo_attention: Callable[..., list[torch.Tensor]]
+    placed_keys: Callable[..., torch.Tensor]

@@ -81,14 +81,12 @@ from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
-from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, recent_resident
 from videokv_node.memory.context.selection import InPass, Selection, Static
 from videokv_node.memory.store.words import words_shortlist
 from videokv_node.memory.scoring.top_k import top_k_stable
 
 
-@register_policy
 class ReKVPolicy(MemoryPolicy):
     name = "rekv"
     uses_offload = True
@@ -146,15 +144,12 @@ class ReKVPolicy(MemoryPolicy):
         scores = torch.tensor(host.read_alone(shortlist, question), dtype=torch.float64)  # (n,) mean log-probabilities
         return [shortlist[i] for i in top_k_stable(scores, k).tolist()]
 
-    def setup(self, host: PolicyHost) -> None:
-        self._store = host.store  # read by locate_scores under ``rekv.contrast`` (the index's neighbours)
-
-    def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
+    def locate_scores(self, host: PolicyHost, candidates: list[FrameBlock], text: str) -> torch.Tensor | None:
         if not candidates:
             return None
-        q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
+        q = query_means(host.probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
         if w := self.config.rekv.contrast:  # every candidate against its neighbours, as a question ranks them
-            index = self._store.index
+            index = host.store.index
             slots = torch.tensor([index.slot_of[b.block_id] for b in candidates], device=index.device)
             scores = index.layer_scores(slots, q.to(index.device), w).T.to(q.device)  # (N, L)
         else:

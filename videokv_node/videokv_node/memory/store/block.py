@@ -9,7 +9,7 @@ still has and their K/V; a layer with none left holds ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -199,3 +199,8 @@ def newest_within(newest_first: Iterable[FrameBlock], max_tokens: int) -> list[F
 def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
     """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
     return newest_within(reversed(blocks), max_tokens)
+
+
+def present_in(blocks: Sequence[FrameBlock], n_layers: int) -> list[list[FrameBlock]]:
+    """Per layer, the blocks that keep tokens in that layer (order kept)."""
+    return [[b for b in blocks if b.layers[layer] is not None] for layer in range(n_layers)]
