@@ -51,8 +51,16 @@ class PolicyHost(Protocol):
     def read_alone(self, blocks: Sequence[FrameBlock], text: str) -> list[float]:
         """Per block, the mean log-probability per token (natural log, <= 0) of ``text``'s subject as the
         answer to ``answer.locate_prompt`` asked over the prompt sink and that block alone (its kept
-        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (memory/questions/locate.py
-        ``likelihood_scores``). Memory is not changed."""
+        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (``ModelRunner.read_alone``).
+        Memory is not changed."""
+
+    def pseudo_attention(self, text: str, per_layer: Sequence[Sequence[FrameBlock]], targets: Targets,
+                         start_pos: int) -> list[torch.Tensor]:
+        """Per layer, (N_l,) the attention ``text``'s tokens pay to each of ``per_layer[l]``'s tokens, run through
+        the model over the sink and those blocks placed at ``targets`` (HERMES' live pseudo-queries)."""
+
+    def placed_keys(self, blocks: Sequence[FrameBlock], targets: Sequence[torch.Tensor], layer: int) -> torch.Tensor:
+        """(1, H, S + N, D) keys of ``layer``: the sink, then ``blocks`` placed at ``targets`` (no model run)."""
 
 
 @dataclass(slots=True)

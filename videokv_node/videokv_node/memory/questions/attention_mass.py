@@ -24,7 +24,7 @@ class AttentionMass:
         n_ctx = key.shape[2] - query.shape[2]
         self.per_layer[layer] = probs[:, :, :n_ctx].mean(dim=(0, 1)).cpu()
 
-    # The engine's question-stage protocol (``_prefill`` calls observer() and evict()).
+    # The question stage's protocol (``QuestionReader.prefill`` calls observer() and evict()).
     def observer(self, sink_len: int, n_question: int) -> "AttentionMass":
         return self
 

@@ -102,7 +102,7 @@ class Snapshottable(Protocol):
         """``{"model": {...}, "policy": name}``: what a saved state must match to be loaded."""
 
     def state_dict(self, kv_for: Callable[[list[dict]], Collection[int]] | None = None) -> dict:
-        """The whole memory (``EngineStateMixin.state_dict``); K/V only of the blocks ``kv_for`` names."""
+        """The whole memory (``EngineState.state_dict``); K/V only of the blocks ``kv_for`` names."""
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole memory, or raise and change nothing."""
