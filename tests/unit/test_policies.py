@@ -278,3 +278,16 @@ def test_generation_config_rejects(fields):
 def test_generation_config_accepts_edges():
     GenerationConfig(max_new_tokens=1, max_new_tokens_limit=1)
     GenerationConfig(max_new_tokens=10, max_new_tokens_limit=10)
+
+
+def test_every_hook_of_the_interface_is_used_by_some_policy():
+    """Issue 45: ``MemoryPolicy`` small, no hook that no policy overrides (``pending_units`` is read from
+    ``open_segment``, not overridden: final)."""
+    from videokv_node.memory.policies.base import MemoryPolicy
+
+    hooks = {name for name, value in vars(MemoryPolicy).items()
+             if callable(value) and not name.startswith("_") and not getattr(value, "__final__", False)}
+    classes = policy_classes().values()
+    unused = sorted(h for h in hooks if not any(h in vars(cls) for cls in classes))
+    assert not unused, f"hooks no policy overrides: {unused}"
+    assert len(hooks) <= 19
