@@ -32,9 +32,11 @@ from concurrent.futures import Future
 import torch
 
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
+from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.context.model_runner import ModelRunner
 from videokv_node.memory.context.question_stage import make_question_stage
 from videokv_node.memory.context.resident_cache import ResidentCache
+from videokv_node.memory.context.retrieval_cache import Sink
 from videokv_node.memory.frames.ingest_pipeline import IngestPipeline
 from videokv_node.memory.frames.vision_stage import PreparedFrames, start_vision
 from videokv_node.memory.policies.factory import make_policy
@@ -109,7 +111,7 @@ class VideoMemoryEngine:
         self.settings.generation = generation
 
     @property
-    def sink(self):
+    def sink(self) -> Sink | None:
         """The prompt sink's K/V (``ModelRunner.sink``); None once closed."""
         return self.runner.sink
 
@@ -181,7 +183,7 @@ class VideoMemoryEngine:
             self._stats = self._snapshot()
         return blocks
 
-    def encode_units(self, job, provisional: bool = False) -> list[FrameBlock]:
+    def encode_units(self, job: EncodeJob, provisional: bool = False) -> list[FrameBlock]:
         """``ModelRunner.encode_units``: a job's blocks, encoded after the policy's context, not stored."""
         return self.runner.encode_units(job, provisional)
 
