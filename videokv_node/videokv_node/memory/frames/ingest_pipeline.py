@@ -129,6 +129,8 @@ class IngestPipeline:
 
     def prune_tables(self) -> None:
         """Forget the poses and words of frames neither pending nor cited by a block in memory (``FrameTables.prune``)."""
+        if not self.tables.stale(self.store):  # O(1) unless something was evicted since
+            return
         pending = [(u.camera, s) for u in self.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))]
         with self.lock:
             self.tables.prune(self.store, pending)

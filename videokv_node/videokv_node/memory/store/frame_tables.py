@@ -52,13 +52,17 @@ class FrameTables:
         cited = {(b.camera, s) for b in store.blocks() for s in b.stamps_ns}
         return {k: w for k, w in self.words.items() if k not in cited}
 
+    def stale(self, store: BlockStore) -> bool:
+        """Whether ``prune`` has anything to scan: entries held and evictions since the last prune."""
+        return bool(self.poses or self.words) and store.evicted_blocks != self._pruned_at
+
     def prune(self, store: BlockStore, pending: Iterable[FrameKey]) -> None:
         """Forget the frames neither ``pending`` nor cited by a block in ``store`` (evicted ones).
 
         A received frame is pending, cited by a block or newer than every block's frames (waiting in a
         policy's state), and only leaves memory by an eviction (counted), so the tables are scanned only
         after evictions. The caller holds the store's lock if another thread may read it."""
-        if not (self.poses or self.words) or store.evicted_blocks == self._pruned_at:
+        if not self.stale(store):
             return
         self._pruned_at = store.evicted_blocks
         live = set(pending)
