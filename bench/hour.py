@@ -50,7 +50,7 @@ from videokv_node.eval.footage import FootageLibrary
 from videokv_node.eval.hour_questions import hour_questions, locate_truths
 from videokv_node.eval.hour_stream import make_hour_stream
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 1

@@ -26,7 +26,7 @@ from bench.long_stream import recency_config, with_preset
 from videokv_node.eval.hour_stream import default_real_things
 from videokv_node.memory import MemoryConfig
 from videokv_node.memory.config import ReKVConfig
-from videokv_node.memory.redundancy import RedundancyConfig
+from videokv_node.memory.records.still_config import RedundancyConfig
 from videokv_node.vision_backend import VisionBackend
 
 CONTRAST = 3  # memory.rekv.contrast of the +contrast rows: w = 3 ranked the things best (docs/notes/2026-11-27-issue32-robots-hour.md)

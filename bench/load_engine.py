@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from videokv_node.memory.engine import VideoMemoryEngine
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 from videokv_node.memory.question import Frame, Question
 from videokv_node.models.factory import load_adapter
 from videokv_node.runtime.heap_trim import HeapTrim

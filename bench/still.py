@@ -40,7 +40,7 @@ from bench.report import log, run_table, size, table
 from videokv_node.eval.footage import FootageLibrary, sensor_noise
 from videokv_node.eval.hour_stream import make_hour_stream
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, VideoMemoryEngine
-from videokv_node.memory.redundancy import RedundancyConfig
+from videokv_node.memory.records.still_config import RedundancyConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = "docs/bench/still.md"

@@ -45,7 +45,7 @@ from bench.machine import describe
 from bench.report import log, run_table, table
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import OPTION_SCORINGS, AnswerConfig
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 from videokv_node.models.nouns import NOUNS_FILE, NounBlock, article, read_noun_table
 from videokv_node.tinyvlm.scenes import normalise_answer
 from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS, HeldOutThing, thing_frames

@@ -40,7 +40,7 @@ from bench.machine import describe
 from bench.report import log, run_table, table
 from bench.things import NS, frames_showing, item_noun, locate_stream
 from videokv_node.memory import Frame, GenerationConfig, Question, VideoMemoryEngine
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 from videokv_node.models.nouns import article
 from videokv_node.tinyvlm.things_heldout import HELD_OUT_THINGS
 

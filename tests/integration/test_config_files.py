@@ -44,7 +44,7 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 def preset_changed() -> set[str]:
     """Parameters whose value some policy's paper preset changes from the robot default (independent of the yaml)."""
-    from videokv_node.memory.presets import PAPER
+    from videokv_node.memory.records.presets import PAPER
 
     table = parameter_table()
     return {f"memory.{k}" for values in PAPER.values() for k, v in values.items()

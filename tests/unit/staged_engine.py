@@ -1,7 +1,7 @@
-"""A fake engine's two ingest stages, as ``VideoMemoryEngine`` has them (``memory/vision_stage.py``):
+"""A fake engine's two ingest stages, as ``VideoMemoryEngine`` has them (``memory/frames/vision_stage.py``):
 ``prepare`` keeps every frame and runs no vision, ``ingest_prepared`` hands them to the fake's ``ingest``."""
 
-from videokv_node.memory.vision_stage import PreparedFrames, run_now
+from videokv_node.memory.frames.vision_stage import PreparedFrames, run_now
 
 
 class StagedIngest:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from bench import load_camera
-from videokv_node.memory.redundancy import RedundancyConfig, is_still, thumbnail
+from videokv_node.memory.records.still_config import RedundancyConfig
+from videokv_node.memory.frames.still import is_still, thumbnail
 
 
 def still_pairs(frames, step: int, samples: int = 40) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bench import locate_things as lt
 from bench.machine import Machine
-from videokv_node.memory.locate import LocateResult, Moment
+from videokv_node.memory.questions.locate import LocateResult, Moment
 
 MACHINE = Machine(cpu="Test CPU", cores=2, ram_gib=24.0, gpu="no GPU", torch="2.x", torch_threads=1, transformers="5.x",
                   python="3.11", commit="abc1234", date="2026-11-26T00:00:00+00:00", load_start=(0.1, 0.1, 0.1))

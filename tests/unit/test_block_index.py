@@ -170,7 +170,7 @@ def test_streamkv_cached_open_segment_equals_encoding_it_for_the_question(tiny_a
     e = streamkv_engine(tiny_adapter, max_segment_s=0.0)
     for f in random_frames(9, seed=3):
         e.ingest([f])
-    cached = e.policy.pending_blocks(e)
+    cached = e.policy.open_segment().blocks(e)
     fresh = e.encode_units(EncodeJob(e.policy.pending_units()), provisional=True)
     assert len(cached) == len(fresh) == 6
     for a, b in zip(cached, fresh):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from videokv_node.memory import clock
+from videokv_node.memory.records import clock
 
 
 def test_cuda_is_synchronised_before_the_clock_is_read(monkeypatch):

@@ -20,7 +20,7 @@ from bench.accuracy import POLICIES, memory_config, stream_frames
 from bench.long_stream import with_preset
 from videokv_node.eval.needles import make_streams
 from videokv_node.memory import GenerationConfig, Question, VideoMemoryEngine
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 from videokv_node.models.text_lm import TextLMAdapter
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible to torch)")

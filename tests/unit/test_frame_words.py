@@ -1,6 +1,6 @@
 """Words in memory (issue 34): the words a model writes into a frame's tokens (videokv-tiny v5's nouns,
 ``VideoLLMAdapter.frame_words``) are kept with the frame's block, leave with it, survive snapshots, and put
-the blocks that name a ``~/locate`` query's thing on the re-ranking's shortlist (``memory/locate.py``).
+the blocks that name a ``~/locate`` query's thing on the re-ranking's shortlist (``memory/questions/locate.py``).
 
 The tiny random model writes no words, so its ``frame_words`` is replaced here by a table from each frame's
 own tokens to words chosen by the test; the references below are computed from that table by hand."""
@@ -19,8 +19,8 @@ from tests.unit.helpers import scene as scene_frames
 from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
 from videokv_node.memory import Frame, Question
 from videokv_node.memory.config import MuKVConfig, ReKVConfig
-from videokv_node.memory.locate import LocateQuery, Moment, with_named
-from videokv_node.memory.words import SYNONYMS, names, words_shortlist
+from videokv_node.memory.questions.locate import LocateQuery, Moment, with_named
+from videokv_node.memory.store.words import SYNONYMS, names, words_shortlist
 from videokv_node.memory.snapshot.format import SnapshotError, load_snapshot, save_snapshot
 
 
@@ -74,9 +74,9 @@ def test_blocks_keep_their_frames_words(tiny_adapter, worded, policy):
     live = {(b.camera, s) for b in e.store.blocks() for s in b.stamps_ns}
     live |= {(u.camera, s) for u in e.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
     newest = max(s for _, s in live)
-    assert all(k in live or k[1] > newest for k in e._frame_words)  # the table follows memory
+    assert all(k in live or k[1] > newest for k in e.tables.words)  # the table follows memory
     e.reset()
-    assert e._frame_words == {}
+    assert e.tables.words == {}
 
 
 @pytest.mark.parametrize("policy", ["rekv", "streamkv", "mukv"])

@@ -22,7 +22,7 @@ from tests.unit.helpers import plain_forward, random_frames, stream_positions
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
 from videokv_node.config_base import ConfigError
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
-from videokv_node.memory.locate import LocateQuery, Moment, rank_moments, rerank_by_likelihood, subject_of
+from videokv_node.memory.questions.locate import LocateQuery, Moment, rank_moments, rerank_by_likelihood, subject_of
 from videokv_node.pose import Pose, yaw_quaternion
 
 ATOL = 1e-9
@@ -295,7 +295,7 @@ def test_rerank_scores_each_shortlisted_frame_alone_by_the_querys_likelihood(tin
     sorted by it; top_k of them returned. The 4 frames, of one size, are read ``REREAD_BATCH`` at a time,
     one forward per batch reading the query's logits (each row equals its frame read alone: the reference).
     ``full`` keeps its frames in a resident cache of its own: the re-ranking reads the blocks, not that."""
-    from videokv_node.memory import locate
+    from videokv_node.memory.context import model_runner as locate  # the re-reading runs there
 
     monkeypatch.setattr(locate, "REREAD_BATCH", batch)
     a = tiny_adapter64

@@ -1,4 +1,4 @@
-"""How options are read for multiple choice (``memory/options.py``), and the engine's use of it.
+"""How options are read for multiple choice (``memory/questions/options.py``), and the engine's use of it.
 
 - labels: dropped only when every option has the label of its place, in one style (hand-written cases);
 - distinct spans: the shared leading and trailing tokens of all options left out, at least one
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.unit.test_option_scoring import QUESTION, engine_for, reference_model, reference_token_logprobs, tiny_text  # noqa: F401
 from videokv_node.memory import Question
-from videokv_node.memory.options import distinct_spans, option_texts
+from videokv_node.memory.questions.options import distinct_spans, option_texts
 
 ATOL = 1e-4
 

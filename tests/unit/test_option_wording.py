@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from videokv_node.memory.options import option_texts
+from videokv_node.memory.questions.options import option_texts
 from videokv_node.tinyvlm.option_wording import COLOURS, FORMATS, frames, report, written
 
 

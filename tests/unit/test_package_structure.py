@@ -191,21 +191,81 @@ def test_dependencies_point_one_way():
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
-# Inside memory/, the subpackages are layers too, lowest first (docs/ARCHITECTURE.md): a method's arithmetic
-# (scoring/) knows no blocks, the store knows no context, a question's context knows no policy, and the
-# policies sit on all three; the engine and its records (memory/*.py) sit above them all, snapshot/ beside.
-MEMORY_LAYERS = {"scoring": 1, "store": 2, "context": 3, "policies": 4}
+# Inside memory/, every module has a layer, lowest first (docs/ARCHITECTURE.md, issue 45): the records at the
+# bottom (settings, clocks, state errors, and the engine's vocabulary: its configs, requests and stats), then a
+# method's arithmetic (scoring/: no blocks, no model), the store (no context), a question's context and the model
+# runner (no policy), the policies, the engine's collaborators (frames/: ingest; questions/; snapshot/: the state
+# out and in), and the engine on top. No module of memory/ is left without a layer.
+MEMORY_LAYERS = {"records": 0, "scoring": 1, "store": 2, "context": 3, "policies": 4, "frames": 5, "questions": 5, "snapshot": 5}
+# The loose modules of memory/: the engine's face, what ``memory/__init__`` exports, and nothing else.
+MEMORY_FACE = {"config": 0, "question": 0, "stats": 0, "engine": 6}
+MEMORY_TOP = 6  # memory/__init__ itself
 
 
 def _memory_layer(module: str) -> int | None:
     parts = module.split(".")
-    return MEMORY_LAYERS.get(parts[2]) if len(parts) > 3 and parts[1] == "memory" else None
+    if len(parts) < 2 or parts[1] != "memory":
+        return None
+    if len(parts) == 2:
+        return MEMORY_TOP
+    if parts[2] in MEMORY_LAYERS:
+        return MEMORY_LAYERS[parts[2]]
+    return MEMORY_FACE.get(parts[2]) if len(parts) == 3 else None
+
+
+def test_every_memory_module_has_a_layer():
+    """A new loose module in memory/ (or a new subpackage) must be placed: its layer named above."""
+    unplaced = [m for m in MODULES if m.startswith("videokv_node.memory") and _memory_layer(m) is None]
+    assert not unplaced, "modules of memory/ without a layer (MEMORY_LAYERS, MEMORY_FACE):\n" + "\n".join(unplaced)
+
+
+def test_memory_face_is_what_the_package_exports():
+    tree = ast.parse(MODULES["videokv_node.memory"].read_text())
+    home = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_HOME")
+    assert {v.value for v in home.values} == set(MEMORY_FACE)
 
 
 def test_memory_subpackages_point_one_way():
     upward = [f"{m} -> {t}" for m, targets in GRAPH.items() for t in sorted(targets)
               if _memory_layer(m) is not None and _memory_layer(t) is not None and _memory_layer(t) > _memory_layer(m)]
-    assert not upward, "imports from a lower memory/ subpackage into a higher one:\n" + "\n".join(upward)
+    assert not upward, "imports from a lower memory/ layer into a higher one:\n" + "\n".join(upward)
+
+
+def test_layer_finder_places_every_kind_of_module():
+    assert _memory_layer("videokv_node.memory") == MEMORY_TOP
+    assert _memory_layer("videokv_node.memory.engine") == 6 and _memory_layer("videokv_node.memory.config") == 0
+    assert _memory_layer("videokv_node.memory.scoring.rekv") == 1 and _memory_layer("videokv_node.memory.scoring") == 1
+    assert _memory_layer("videokv_node.memory.loose") is None and _memory_layer("videokv_node.ros.node") is None
+
+
+def _calls_and_names(module: str) -> tuple[set[str], set[str]]:
+    """(attributes called as methods, names imported) in ``module``'s source."""
+    tree = ast.parse(MODULES[module].read_text())
+    calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    names = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    return calls, names
+
+
+# Issue 45: one object runs the model for the memory (context/model_runner.py, and the batch prefill it runs).
+MODEL_RUNNERS = {"videokv_node.memory.context.model_runner", "videokv_node.memory.context.batch_prefill"}
+
+
+def test_one_place_runs_the_model_for_the_memory():
+    callers = sorted(m for m in MODULES if m.startswith("videokv_node.memory.") and m not in MODEL_RUNNERS
+                     and "forward" in _calls_and_names(m)[0])
+    assert not callers, f"modules of memory/ that run the model themselves (ask the ModelRunner): {callers}"
+
+
+def test_scoring_imports_no_model_and_policies_build_no_cache():
+    scoring = [f"{m} -> {t}" for m in MODULES if m.startswith("videokv_node.memory.scoring") for t in GRAPH[m]
+               if t.startswith("videokv_node.models")]
+    scoring += [f"{m} imports transformers" for m in MODULES if m.startswith("videokv_node.memory.scoring")
+                and "transformers" in imports_of(m)[1]]
+    assert not scoring, "scoring/ is a method's arithmetic, no model:\n" + "\n".join(scoring)
+    builders = {"placed_cache", "place_layer", "DynamicCache", "transformers.cache_utils"}
+    policies = [f"{m}: {sorted(builders & _calls_and_names(m)[1])}" for m in MODULES
+                if m.startswith("videokv_node.memory.policies") and builders & _calls_and_names(m)[1]]
+    assert not policies, "policies ask their host for caches and passes:\n" + "\n".join(policies)
 
 
 ROS_PACKAGES = ("ros", "programs")  # the only packages that may import ROS

@@ -78,7 +78,7 @@ def test_blocks_keep_their_frames_poses_and_evidence_cites_them(tiny_adapter, po
     # The pose table follows memory: only frames still cited (or pending) keep a pose there.
     live = {(b.camera, s) for b in e.store.blocks() for s in b.stamps_ns}
     live |= {(u.camera, s) for u in e.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
-    assert set(e._frame_poses) <= live
+    assert set(e.tables.poses) <= live
 
 
 def test_evicted_frames_take_their_poses_with_them(tiny_adapter):
@@ -88,9 +88,9 @@ def test_evicted_frames_take_their_poses_with_them(tiny_adapter):
     feed(e, frames)
     kept = {s for b in e.store.blocks() for s in b.stamps_ns}
     assert e.store.evicted_blocks > 0 and frames[0].stamp_ns not in kept
-    assert {s for _, s in e._frame_poses} == kept
+    assert {s for _, s in e.tables.poses} == kept
     e.reset()
-    assert e._frame_poses == {}
+    assert e.tables.poses == {}
 
 
 @pytest.mark.parametrize("policy", ["rekv", "streamkv", "mukv"])
@@ -106,7 +106,7 @@ def test_snapshot_round_trip_keeps_poses(tiny_adapter, tmp_path, policy):
     load_snapshot(b, tmp_path / "snap")
     assert [x.poses for x in b.store.blocks()] == [x.poses for x in a.store.blocks()]
     assert check_block_poses(b, skip) > 0
-    assert b._frame_poses == a._frame_poses  # pending frames' poses too (StreamKV's open segment)
+    assert b.tables.poses == a.tables.poses  # pending frames' poses too (StreamKV's open segment)
     # Fed the same next frame, both make the same block, poses included.
     nxt = with_poses(scene_frames(9, 2, 3))[8:]
     feed(a, nxt)
@@ -120,7 +120,7 @@ def test_version_1_and_2_snapshots_load_with_no_poses(tiny_adapter, tmp_path):
     v1 = Path(__file__).resolve().parents[1] / "data" / "snapshot-v1-tiny-hermes"
     old = engine(tiny_adapter, "hermes")
     load_snapshot(old, v1)
-    assert len(old.store) > 0 and all(x.poses == () for x in old.store.blocks()) and old._frame_poses == {}
+    assert len(old.store) > 0 and all(x.poses == () for x in old.store.blocks()) and old.tables.poses == {}
 
     a = engine(tiny_adapter, "rekv")
     feed(a, with_poses(scene_frames(5, 3, 3)))
@@ -136,7 +136,7 @@ def test_version_1_and_2_snapshots_load_with_no_poses(tiny_adapter, tmp_path):
     load_snapshot(b, tmp_path / "snap")
     assert len(b.store) == len(a.store) and all(x.poses == () for x in b.store.blocks())
     assert all(ev.pose is None for ev in b.ask(Question("what is there?", max_new_tokens=1)).evidence)
-    assert b._frame_poses == {}
+    assert b.tables.poses == {}
 
 
 def test_a_snapshot_with_a_bad_pose_is_refused_and_changes_nothing(tiny_adapter, tmp_path):

@@ -16,7 +16,7 @@ from tests.unit.helpers import random_frames, scene
 from videokv_node.eval.settings import engine_settings
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import POLICIES, HermesConfig, StreamKVConfig
-from videokv_node.memory.presets import PAPER, preset_memory_config, preset_values
+from videokv_node.memory.records.presets import PAPER, preset_memory_config, preset_values
 from videokv_node.memory.context.question_span import question_span
 from videokv_node.memory.context.retrieval_cache import QueryCapture
 from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter

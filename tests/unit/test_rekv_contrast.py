@@ -20,7 +20,7 @@ from tests.unit.test_rekv_shared import _question_queries, fused_reference
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 
 
 def contrast_reference(blocks, w: int, means: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
@@ -165,7 +165,7 @@ def test_shared_selection_and_locate_rank_by_the_contrasted_keys(tiny_adapter64,
 
 
 def test_contrast_is_checked_and_off_in_the_paper_preset():
-    from videokv_node.memory.presets import preset_memory_config
+    from videokv_node.memory.records.presets import preset_memory_config
 
     with pytest.raises(ConfigError, match="memory.rekv.contrast"):
         ReKVConfig(contrast=-1)

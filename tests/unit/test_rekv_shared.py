@@ -17,7 +17,7 @@ from tests.unit import references as ref
 from tests.unit.helpers import random_frames
 from tests.unit.test_policies import ADAPTER, GEO, block
 from videokv_node.memory import ConfigError, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
-from videokv_node.memory.policies.factory import ReKVPolicy
+from videokv_node.memory.policies.rekv import ReKVPolicy
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
@@ -230,7 +230,7 @@ def test_rerank_is_the_policys_through_read_alone(likelihood, expected):
 
 
 def test_rerank_is_off_in_the_paper_preset_and_checked():
-    from videokv_node.memory.presets import preset_memory_config
+    from videokv_node.memory.records.presets import preset_memory_config
 
     assert preset_memory_config("paper", "rekv").rekv.rerank == 0
     with pytest.raises(ConfigError, match="memory.rekv.rerank"):

@@ -15,8 +15,7 @@ from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory import config as memory_config
 from videokv_node.memory.config import (DEFAULT_OPTION_SCORING, OPTION_SCORINGS, POLICIES, POLICY_CONFIGS, GenerationConfig,
                                         MemoryConfig, StreamKVConfig)
-from videokv_node.memory.policies.factory import POLICY_CLASSES
-from videokv_node.memory.policies import registry
+from videokv_node.memory.policies.factory import policy_class, policy_classes
 from videokv_node.node_settings import model_defaults
 from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_for, parameters
 
@@ -106,23 +105,17 @@ def test_the_eval_cli_takes_its_choices_from_the_config():
 
 
 def test_every_declared_policy_has_one_registered_class_in_declared_order():
+    POLICY_CLASSES = policy_classes()  # the one registry: memory/config.py's declarations, classes by module name
     assert POLICIES and list(POLICY_CLASSES) == list(POLICIES)
     assert all(POLICY_CLASSES[name].name == name for name in POLICIES)
     sections = {f.name for f in dataclasses.fields(MemoryConfig)}
     assert {name for name, cls in POLICY_CONFIGS.items() if cls is not None} <= sections
 
 
-def test_registering_an_undeclared_or_second_policy_fails():
-    class Stray:
-        name = "lru"
-
-    class SecondFull:
-        name = "full"
-
-    with pytest.raises(TypeError, match="'lru' is not a policy declared"):
-        registry.register_policy(Stray)
-    with pytest.raises(TypeError, match="registered twice"):
-        registry.register_policy(SecondFull)
+def test_an_undeclared_or_second_policy_fails():
+    """One registry (issue 45): a name is a policy only once declared in memory/config.py, and only once."""
+    with pytest.raises(ConfigError, match="must be one of"):
+        policy_class("lru")
     with pytest.raises(ValueError, match="declared twice"):
         memory_config.declare_policy("rekv")
 
@@ -135,8 +128,8 @@ def test_a_declared_policy_without_a_memory_config_section_fails(monkeypatch):
     monkeypatch.setitem(POLICY_CONFIGS, "lru", LRUConfig)
     with pytest.raises(TypeError, match=r"no section of the declared policies \['lru'\]"):
         memory_config._check_policy_sections()
-    with pytest.raises(TypeError, match=r"without a registered class: \['lru'\]"):
-        registry.check_complete()
+    with pytest.raises(ModuleNotFoundError, match="videokv_node.memory.policies.lru"):
+        policy_class("lru")  # declared, but no memory/policies/lru.py
 
 
 def test_the_reference_lists_every_parameter_once_with_its_paper_values():

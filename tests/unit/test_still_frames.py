@@ -1,4 +1,4 @@
-"""Still frames cost nothing (issue 36, memory/redundancy.py): the thumbnail test against a reference
+"""Still frames cost nothing (issue 36, memory/frames/still.py): the thumbnail test against a reference
 written here, a still stretch broken by a thing kept exactly as stored view / thing / view again,
 spans under every policy and the TGV-KV stage, evidence, locate, stats, snapshots, and parity with
 the feature off."""
@@ -14,7 +14,8 @@ import torch
 from tests.unit.helpers import random_frames
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import ConfigError, HermesConfig, MuKVConfig, StreamKVConfig
-from videokv_node.memory.redundancy import RedundancyConfig, StillFilter, is_still, thumbnail
+from videokv_node.memory.records.still_config import RedundancyConfig
+from videokv_node.memory.frames.still import StillFilter, is_still, thumbnail
 from videokv_node.memory.snapshot.format import load_snapshot, save_snapshot
 from videokv_node.pose import Pose, yaw_quaternion
 
@@ -191,7 +192,7 @@ def test_a_window_inside_a_span_sees_the_span(tiny_adapter):
 
 
 def test_locate_gives_a_spans_last_stamp(tiny_adapter):
-    from videokv_node.memory.locate import LocateQuery
+    from videokv_node.memory.questions.locate import LocateQuery
 
     e = engine(tiny_adapter, "rekv")
     feed(e, stream("aaattt"))
@@ -229,7 +230,7 @@ def test_off_stores_one_block_per_frame_as_before(tiny_adapter):
 
 def test_on_in_the_robot_preset_off_in_the_papers():
     from videokv_node.memory.config import POLICIES
-    from videokv_node.memory.presets import preset_memory_config
+    from videokv_node.memory.records.presets import preset_memory_config
 
     assert MemoryConfig().redundancy.enabled
     for policy in POLICIES:

@@ -99,7 +99,7 @@ def test_unbounded_policy_equals_a_plain_transformers_forward(tiny_text, referen
 
     # Likelihood scoring: the question asked open, each option's mean log-prob per token as its
     # answer, softmaxed; here from one plain forward per option over [context, question, option].
-    # The mean is over the tokens that tell the options apart (memory/options.py): "the " starts
+    # The mean is over the tokens that tell the options apart (memory/questions/options.py): "the " starts
     # every option here, so its bytes are left out (found by comparing the token lists).
     open_ids = plain_ids(tiny_text, tiny_text.question_ids("where is it?", []))
     conts = [tiny_text.text_ids(option) for option in options]

@@ -103,7 +103,7 @@ def test_locate_finds_a_real_thing_glimpsed_once_by_its_noun(adapter):
     from videokv_node.eval.footage import view
     from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
     from videokv_node.memory.config import ReKVConfig
-    from videokv_node.memory.locate import LocateQuery
+    from videokv_node.memory.questions.locate import LocateQuery
     from videokv_node.tinyvlm.scenes import photo_dir
 
     def photo(name):

@@ -1,4 +1,4 @@
-"""The vision encoder on a thread of its own (issue 33, ``memory/vision_stage.py``, ``runtime/worker.py``).
+"""The vision encoder on a thread of its own (issue 33, ``memory/frames/vision_stage.py``, ``runtime/worker.py``).
 
 The engine's two stages make exactly the memory that ``ingest`` makes, also when the next batch is
 prepared before the previous one is decoded; the worker's vision calls all run on the vision thread,
@@ -18,7 +18,7 @@ from tests.unit.staged_engine import StagedIngest
 from tests.unit.test_still_frames import engine as still_engine
 from tests.unit.test_still_frames import frame_blocks, stream
 from videokv_node.memory.question import Frame, Question
-from videokv_node.memory.vision_stage import PreparedFrames, run_now, vision_thread
+from videokv_node.memory.frames.vision_stage import PreparedFrames, run_now, vision_thread
 from videokv_node.runtime.worker import ModelWorker
 
 KINDS = "aaabbbtaaabbaa"  # still stretches, a view change, a thing seen once, revisits

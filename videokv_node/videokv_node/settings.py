@@ -25,7 +25,7 @@ from videokv_node.config_base import ConfigError, ParamInfo, param_info
 from videokv_node.ingest.pose_history import PoseConfig
 from videokv_node.ingest.sampler import SamplerConfig
 from videokv_node.memory.config import GenerationConfig, MemoryConfig
-from videokv_node.memory.presets import apply_to_parameters
+from videokv_node.memory.records.presets import apply_to_parameters
 # The node's own settings live in a module without memory/ (the eval CLI reads the model defaults cheaply).
 from videokv_node.node_settings import LocateSettings, MarkerSettings, NodeSettings, SheetSettings, SpavaSettings
 from videokv_node.vision.config import VisionConfig

@@ -4,7 +4,7 @@ One dictionary (``memory.policy``, ``memory.budget_tokens``, ``sample_fps``, ``m
 ...) configures both replay paths: ``--via ros`` writes it into the node's parameter
 file as is, ``--via engine`` builds the same dataclasses from it here; ``memory.preset`` gives
 the defaults of the memory's parameters for the policy, a parameter given explicitly wins
-(``memory/presets.py``). The names, defaults and mapping onto the dataclasses are the node's
+(``memory/records/presets.py``). The names, defaults and mapping onto the dataclasses are the node's
 own, from ``videokv_node/settings.py``.
 """
 
@@ -66,7 +66,7 @@ def engine_settings(params: dict) -> EngineSettings:
     if unknown:
         raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; see config/memory.yaml for the names")
     model = {k: params.get(k, v) for k, v in model_defaults().items()}
-    # memory.preset's values for the policy, then the explicit parameters over them (memory/presets.py).
+    # memory.preset's values for the policy, then the explicit parameters over them (memory/records/presets.py).
     memory_defaults = {name: value for name, value in defaults_for(params).items() if name.startswith("memory.")}
     sections = build_sections({**memory_defaults, **params}, ENGINE_SECTIONS)
     build_sections(params, NODE_SECTIONS)  # validated here (a bad pose_type refused before the node starts), not kept

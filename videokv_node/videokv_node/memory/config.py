@@ -4,14 +4,14 @@ Each field's meaning and ROS range are written next to it (``param``, ``config_b
 node's parameters, config/memory.yaml's check and docs/PARAMETERS.md are read from there
 (``videokv_node/settings.py``: a nested dataclass ``memory.streamkv`` becomes the parameters
 ``memory.streamkv.*``); the library never reads ROS parameters. The defaults are the ``robot``
-preset (memory-conscious, today's node); the ``paper`` preset (``memory/presets.py``) gives each
+preset (memory-conscious, today's node); the ``paper`` preset (``memory/records/presets.py``) gives each
 seed's own values and mechanisms. The descriptions and comments say where a value comes from,
 where the paper gave none and we chose, and where ``robot`` departs from the paper.
 
-The memory policies are declared here with their hyper-parameters' dataclass (``policy_config``):
-``POLICIES``, ``MemoryConfig``'s sections (checked at import), the node's parameters and the docs
-follow that declaration, and each policy class registers itself under that name
-(``memory/policies/registry.py``).
+The memory policies are declared here, and only here, with their hyper-parameters' dataclass
+(``policy_config``): ``POLICIES``, ``MemoryConfig``'s sections (checked at import), the node's parameters
+and the docs follow that declaration, and the factory finds the class of a policy ``<name>`` in
+``memory/policies/<name>.py`` (``memory/policies/factory.py``): the one registry.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from videokv_node.config_base import ConfigError, check_choice, check_fraction, param  # noqa: F401 (ConfigError: re-exported)
-from videokv_node.memory.redundancy import RedundancyConfig
+from videokv_node.memory.records.still_config import RedundancyConfig
 
-PRESETS = ("robot", "paper")  # memory.preset: see memory/presets.py
+PRESETS = ("robot", "paper")  # memory.preset: see memory/records/presets.py
 REKV_QUERIES, REKV_SELECTIONS = ("prompt", "question"), ("layer", "shared")
 SIMILARITIES, SPLITS = ("tokens", "mean"), ("softmax", "code")
 HERMES_PSEUDO_MODES, HERMES_SCHEDULE_ENDS = ("probe", "live"), ("last_middle", "first_deep")
@@ -51,7 +51,7 @@ HERMES_GLOBAL_QUERY = "Summarize the video narrative, identifying main character
 
 # The memory policies in declaration order, each with the dataclass of its hyper-parameters (the
 # parameters memory.<name>.*), or None for a policy without any. Filled by ``declare_policy`` and
-# ``policy_config`` below only; memory/policies/ registers a class for each name (``register_policy``).
+# ``policy_config`` below only; the class of a policy <name> is memory/policies/<name>.py's (``factory.policy_class``).
 POLICY_CONFIGS: dict[str, type | None] = {}
 
 
@@ -259,7 +259,7 @@ class MemoryConfig:
     redundancy: RedundancyConfig = field(default_factory=RedundancyConfig)  # still frames (issue 36), any policy
 
     def __post_init__(self) -> None:
-        check_choice("memory.policy", self.policy, POLICIES)
+        check_choice("memory.policy", self.policy, tuple(POLICY_CONFIGS))  # POLICIES, and any declared since
         check_choice("memory.preset", self.preset, PRESETS)
         check_choice("memory.question_stage", self.question_stage, QUESTION_STAGES)
         for name in ("budget_tokens", "local_window_tokens", "page_tokens", "max_question_tokens", "prefill_batch"):
@@ -298,11 +298,11 @@ class AnswerConfig:
     # one cached question context; letter is what instruction-following Video-LLMs are evaluated with (videokv-tiny v2 read it at chance).
     option_scoring: str = param(DEFAULT_OPTION_SCORING, f"multiple choice: {' or '.join(OPTION_SCORINGS)} (likelihood: each option's text scored as the answer, mean log-probability per token over the tokens that tell the options apart, softmax; letter: the option letters' logits; labels such as 'A) ' on every option dropped)", runtime=True, choices=OPTION_SCORINGS)
 
-    # ~/locate's second ranking (memory/locate.py, "Likelihood re-ranking"): the model reads each of the
+    # ~/locate's second ranking (memory/questions/locate.py, "Likelihood re-ranking"): the model reads each of the
     # first ranking's best frames alone; 0 keeps the first ranking (one probe or prefill, no more).
     locate_rerank: int = param(8, "~/locate: the first ranking's best max(N, top_k) frames re-ranked by the likelihood of the query as the model's answer to answer.locate_prompt about each frame alone (short decoder passes, frames of one size 8 to a pass); 0: off", runtime=True, zero_ok=True)
     locate_prompt: str = param("What is in the image?", "~/locate re-ranking: the open question each shortlisted frame is asked, the query's subject scored as its answer", runtime=True)
-    locate_words: bool = param(True, "~/locate re-ranking: also read the frames whose words (a model's own, videokv-tiny v5's nouns) name the query's thing (memory/words.py)", runtime=True)
+    locate_words: bool = param(True, "~/locate re-ranking: also read the frames whose words (a model's own, videokv-tiny v5's nouns) name the query's thing (memory/store/words.py)", runtime=True)
 
     def __post_init__(self) -> None:
         check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)

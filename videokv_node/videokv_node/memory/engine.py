@@ -2,52 +2,59 @@
 
 One thread owns an engine (the node's model worker); ``stats()`` may be read from any thread. The flow, ReKV's:
 
-    frame -> vision tower -> policy.on_frame -> encode jobs
+    frame -> still-frame test -> vision tower -> policy.on_frame -> encode jobs
           -> decoder over [sink + policy.encoding_context] -> blocks -> policy.after_encode (compression)
-          -> BlockStore -> caps enforced (policy picks the victims)
+          -> BlockStore -> caps enforced (the oldest of each tier leaves)
     question -> candidates (camera / time filter) -> policy.select -> Static | InPass
              -> one prefill pass, each layer attending to its own blocks
              -> question stage (TGV-KV eviction) -> answer
 
-Here: construction, run-time configuration, ingest and encoding, the caps, stats. Questions are
-``answering.py``'s, the state out and in (and the pose table) ``engine_state.py``'s, still frames
-``redundancy.py``'s, ingest's first stage ``vision_stage.py``'s: mixins of the one engine class.
-The policy sees it only as ``PolicyHost``.
+The engine composes collaborators with one job each (as nano-vllm's ``LLMEngine`` holds a scheduler, a model
+runner and a block manager) and keeps only construction, run-time configuration and the stats here:
+
+- ``ModelRunner`` (``context/model_runner.py``): the one object that runs the model for the memory: the sink,
+  encoding, probes, re-reads, HERMES' pseudo-queries. The policy reaches it through ``PolicyHost`` only.
+- ``IngestPipeline`` (``frames/ingest_pipeline.py``): still frames (``frames/still.py``), the decoder, the
+  policy's steps and the caps (``frames/caps.py``); the vision stage is ``frames/vision_stage.py``.
+- ``QuestionReader``, ``Answerer``, ``Locator`` (``questions/``): a question's checks, selection and prefill;
+  its answer; ``~/locate``.
+- ``EngineState`` (``snapshot/engine_state.py``) and ``FrameTables`` (``store/frame_tables.py``): the state out
+  and in, and the poses and words of frames.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import torch
-from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.answering import AnsweringMixin
-from videokv_node.memory.context.batch_prefill import BatchPrefill, build_blocks, prefill
-from videokv_node.memory.store.block import FrameBlock, Tier
-from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.clock import elapsed_s
 from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
-from videokv_node.memory.context.encoding import EncodeJob, Unit
-from videokv_node.memory.engine_state import EngineStateMixin
-from videokv_node.memory.policies.factory import make_policy
-from videokv_node.memory.policies.base import present_in
-from videokv_node.memory.policies.host import EngineHost
-from videokv_node.memory.question import Frame
-from videokv_node.memory.redundancy import StillFilter, StillIngestMixin
+from videokv_node.memory.context.encoding import EncodeJob
+from videokv_node.memory.context.model_runner import ModelRunner
 from videokv_node.memory.context.question_stage import make_question_stage
 from videokv_node.memory.context.resident_cache import ResidentCache
-from videokv_node.memory.context.retrieval_cache import QueryCapture, Sink, placed_cache
-from videokv_node.memory.stats import EngineStats, LatencyWindow
-from videokv_node.memory.vision_stage import PreparedFrames, VisionStageMixin
+from videokv_node.memory.context.retrieval_cache import Sink
+from videokv_node.memory.frames.ingest_pipeline import IngestPipeline
+from videokv_node.memory.frames.vision_stage import PreparedFrames, start_vision
+from videokv_node.memory.policies.factory import make_policy
+from videokv_node.memory.policies.host import EngineHost
+from videokv_node.memory.question import Answer, Continuations, Frame, Question
+from videokv_node.memory.questions.answering import Answerer
+from videokv_node.memory.questions.locate import LocateQuery, LocateResult, Locator
+from videokv_node.memory.questions.question_reader import QuestionReader
+from videokv_node.memory.records.engine_settings import EngineSettings
+from videokv_node.memory.snapshot.engine_state import EngineState
+from videokv_node.memory.stats import EngineStats
+from videokv_node.memory.store.block import FrameBlock
+from videokv_node.memory.store.block_store import BlockStore
+from videokv_node.memory.store.frame_tables import FrameTables
 from videokv_node.models.adapter import VideoLLMAdapter
-from videokv_node.pose import Pose
 
 
-class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, VisionStageMixin):
+class VideoMemoryEngine:
     """A bounded KV memory of a camera stream over one Video-LLM.
 
     Guarantees, however long the stream: resident KV (sink included) never
@@ -62,32 +69,55 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
         self.adapter = adapter
         # Policy defaults the model cannot take are adapted (said in ``adaptations``); set values refused.
         memory, self.adaptations = fit_to_model(memory, adapter.tokens_per_frame)
-        self.config = memory
-        self.generation = generation
+        self.settings = EngineSettings(memory, generation)  # read by every collaborator; changed here only
         self.policy = make_policy(memory, adapter)
         self.question_stage = make_question_stage(memory)
         offload = memory.offload_bytes if self.policy.uses_offload else 0
         self.store = BlockStore(adapter.geometry, adapter.device, offload, memory.page_tokens)
-        self.sink = self._encode_sink()
+        self.tables = FrameTables()
+        self.runner = ModelRunner(adapter, self.store, self.policy, self.tables)
         self.check_budget(memory)
         # full and hermes attend to the resident tier as it is: kept placed between steps (memory/context/resident_cache.py).
-        self.resident = ResidentCache(adapter, self.store, self.sink, memory.budget_tokens) if self.policy.resident_context else None
-        self._next_block_id = self._ingested = 0
-        self._ingest_ms = LatencyWindow()
-        self._lock = threading.Lock()
-        self.still = StillFilter(memory.redundancy) if memory.redundancy.enabled else None  # memory/redundancy.py
-        self.last_layer_blocks: list[list[int]] = []  # per layer, block ids the last question attended to
-        self.last_layer_token_share: list[dict[int, float]] = []  # per layer, {stamp: share of its tokens attended}
-        self._context_len = 0  # largest per-layer context (sink included) of the last question
-        # Poses and words of frames by (camera, stamp), read when a block is made or stored (engine_state.py).
-        self._frame_poses: dict[tuple[str, int], Pose] = {}
-        self._frame_words: dict[tuple[str, int], tuple[str, ...]] = {}
-        self._tables_pruned_at = -1  # store.evicted_blocks when the frame tables were last pruned
-        self.last_logits: torch.Tensor | None = None
+        if self.policy.resident_context:
+            self.runner.resident = ResidentCache(adapter, self.store, self.runner.sink, memory.budget_tokens)
+        self._lock = threading.Lock()  # guards the store against ``stats()`` readers
+        runner = self.runner
         # What the policy may ask of the engine (memory/policies/host.py): never the engine itself.
-        self.host = EngineHost(self.store, self.sink, self.new_block_id, self.encode_units, self.probe, self.read_alone)
+        self.host = EngineHost(self.store, runner.sink, runner.new_block_id, runner.encode_units, runner.probe,
+                               self.read_alone, runner.pseudo_attention, runner.placed_keys)
+        self.pipeline = IngestPipeline(runner, self.store, self.policy, self.host, self.tables, self.settings, self._lock)
+        self.reader = QuestionReader(runner, self.store, self.policy, self.host, self.settings)
+        self.answerer = Answerer(self.reader, self.question_stage, self.settings)
+        self.locator = Locator(self.reader, self.policy, self.host, self.store, self.settings)
+        self.state = EngineState(runner, self.store, self.policy, self.tables, self.pipeline, self.reader, self._refresh_stats)
         self.policy.setup(self.host)
         self._stats = self._snapshot()
+
+    # --- the configs: shared with the collaborators through ``settings``
+    @property
+    def config(self) -> MemoryConfig:
+        return self.settings.memory
+
+    @config.setter
+    def config(self, memory: MemoryConfig) -> None:
+        self.settings.memory = memory
+
+    @property
+    def generation(self) -> GenerationConfig:
+        return self.settings.generation
+
+    @generation.setter
+    def generation(self, generation: GenerationConfig) -> None:
+        self.settings.generation = generation
+
+    @property
+    def sink(self) -> Sink | None:
+        """The prompt sink's K/V (``ModelRunner.sink``); None once closed."""
+        return self.runner.sink
+
+    @property
+    def resident(self) -> ResidentCache | None:
+        return self.runner.resident
 
     # --- run-time configuration: the fields of MemoryConfig that may change while the stream runs (the rest
     # shapes the policy, the host arena, the question stage or the still filter, built once at start).
@@ -121,13 +151,13 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
         with self._lock:
             self.config = memory
             self.policy.reconfigure(memory, self.store)
-            self._enforce_caps()
-        self._place_resident()
+            self.pipeline.enforce_caps_locked()
+        self.runner.place_resident()
         if generation is not None:
             self.generation = generation
         self._stats = self._snapshot()
 
-    # --- ingest -----------------------------------------------------------
+    # --- ingest (``IngestPipeline``) ---------------------------------------------
     def ingest(self, frames: list[Frame], between: Callable[[], None] | None = None) -> list[FrameBlock]:
         """Encode frames (time order) into memory; returns the blocks made (some may be evicted already).
 
@@ -138,189 +168,142 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
         last, the memory complete up to its last frame: a waiting read-only request need not wait for all."""
         return self.ingest_prepared(self.prepare(frames), between)
 
+    def prepare(self, frames: list[Frame], vision: Callable[[Callable], Future] | None = None) -> PreparedFrames:
+        """Ingest's first stage: still frames merged (``memory.redundancy``: they extend stored frames' spans
+        now), the vision encoder over the rest run now, or submitted through ``vision`` (``vision_thread().submit``)."""
+        kept = self.pipeline.merge_still(frames)
+        if frames and not kept:  # all merged: nothing more comes for them
+            self._stats = self._snapshot()
+        return start_vision(self.adapter, kept, vision)
+
     def ingest_prepared(self, prepared: PreparedFrames, between: Callable[[], None] | None = None) -> list[FrameBlock]:
-        """The rest of ``ingest`` after ``prepare`` (``vision_stage.py``): the decoder, the policy, the caps."""
-        frames = prepared.frames
-        feats, vision_ms = prepared.vision.result()  # (F, T, hidden); raises what the vision encoder raised
-        if not frames:
-            return []
-        self._frame_words.update(((f.camera, f.stamp_ns), w) for f, w in zip(frames, self.adapter.frame_words(feats)) if w)
-        offsets = self.adapter.frame_positions(0)  # (P, T)
-        self._frame_poses.update(((f.camera, f.stamp_ns), f.pose) for f in frames if f.pose is not None)
-        units = [Unit(feat=feat, offsets=offsets, camera=f.camera, stamp_ns=f.stamp_ns) for f, feat in zip(frames, feats)]
-        window = self.policy.batch_window()
-        step = self.config.prefill_batch if window is not None else 1
-        blocks = []
-        for at in range(0, len(units), step):
-            if at and between is not None:
-                between()
-            t1 = time.perf_counter()
-            chunk = units[at:at + step]
-            batch = self._prefill_batch(chunk, window) if len(chunk) > 1 else None
-            for i, unit in enumerate(chunk):
-                self._ingested += 1
-                if batch is None:
-                    for job in self.policy.on_frame(self.store, unit):
-                        blocks.extend(self._encode_job(job))
-                else:
-                    batch.check_window(i, blocks[len(blocks) - i:], self.policy.encoding_context(self.store, EncodeJob([])))
-                    job = EncodeJob([unit])
-                    new = build_blocks(self.adapter, job, [batch.positions[i]], batch.keys[i], batch.values[i], [self._next_block_id], self._frame_poses)
-                    self._next_block_id += 1
-                    blocks.extend(self._store_job(job, new))
-                self.policy.after_frame(self.host)
-                with self._lock:
-                    self._enforce_caps()
-                self._place_resident()
-            for _ in chunk:  # the chunk's time shared by its frames
-                self._ingest_ms.add(vision_ms + elapsed_s(t1, self.adapter.device) * 1e3 / len(chunk))
-        self._note_still(blocks)
-        self._prune_frame_tables()
-        self._stats = self._snapshot()
+        """The rest of ``ingest`` after ``prepare`` (``frames/vision_stage.py``): the decoder, the policy, the caps."""
+        blocks = self.pipeline.ingest(prepared, between)
+        if prepared.frames:
+            self._stats = self._snapshot()
         return blocks
 
-    def _prefill_batch(self, units: list[Unit], window: int) -> BatchPrefill | None:
-        """Units prefilled in one pass after the first one's context (``memory/context/batch_prefill.py``)."""
-        context = self.policy.encoding_context(self.store, EncodeJob(units[:1]))
-        per_layer = present_in(context, self.adapter.geometry.n_layers)
-        targets, start = self.policy.layout(self.sink.n_tokens, per_layer)
-        return prefill(self.adapter, self.store, self.sink, context, targets, start, units, window)
-
-    @torch.inference_mode()
     def encode_units(self, job: EncodeJob, provisional: bool = False) -> list[FrameBlock]:
-        """Run the decoder over a job's units after its context; returns blocks not yet in the store.
-
-        ``provisional``: blocks held outside the store for now (StreamKV's open segment) get
-        negative ids, distinct within the job (-1, -2, ... in order, ``job.ready`` first), so they
-        spend no block id; a job that is not provisional gives its ready blocks real ids first.
-        """
-        if not provisional:
-            for block in job.ready:
-                if block.block_id < 0:
-                    block.block_id = self.new_block_id()
-        if not job.units:
-            return list(job.ready)
-        context = self.policy.encoding_context(self.store, job) + job.ready
-        per_layer = present_in(context, self.adapter.geometry.n_layers)
-        targets, start = self.policy.layout(self.sink.n_tokens, per_layer)
-        cache = self._place(per_layer, targets) if not job.ready else placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
-        positions = []
-        for unit in job.units:
-            positions.append(unit.offsets + start)
-            start += unit.span
-        embeds = torch.cat([u.feat for u in job.units])[None]  # (1, n, hidden)
-        all_pos = torch.cat(positions, dim=1)  # (P, n)
-        n = all_pos.shape[1]
-        self.adapter.forward(embeds, all_pos, cache, logits=False, observer=self.policy.encode_observer(job))
-        keys = torch.stack([layer.keys[0, :, -n:] for layer in cache.layers])  # (L, H, n, D)
-        values = torch.stack([layer.values[0, :, -n:] for layer in cache.layers])
-        first = -(len(job.ready) + 1) if provisional else self._next_block_id
-        ids = [first - i for i in range(len(positions))] if provisional else [first + i for i in range(len(positions))]
-        self._next_block_id += 0 if provisional else len(ids)
-        blocks = build_blocks(self.adapter, job, positions, keys, values, ids, self._frame_poses)
-        return list(job.ready) + blocks
-
-    def _encode_job(self, job: EncodeJob) -> list[FrameBlock]:
-        return self._store_job(job, self.encode_units(job))
-
-    def _store_job(self, job: EncodeJob, blocks: list[FrameBlock]) -> list[FrameBlock]:
-        with self._lock:
-            for block in blocks:
-                block.words = block.words or self.words_of(block)
-                self.store.add(block)
-            self.policy.after_encode(self.store, job, blocks)
-            self._enforce_caps()
-        return blocks
-
-    def _place(self, per_layer, targets):
-        """The cache of a plan: from the resident cache (updated in place) where the policy keeps one."""
-        resident = self.resident
-        return resident.cache(per_layer, targets) if resident is not None else placed_cache(self.adapter, self.store, self.sink, per_layer, targets)
-
-    def _place_resident(self) -> None:
-        """Bring the resident cache to the next frame's encoding context now, so that the next ingest and
-        a question in between (the same context for ``full`` and ``hermes``) find it placed."""
-        if self.resident is None:
-            return
-        per_layer = present_in(self.policy.encoding_context(self.store, EncodeJob([])), self.adapter.geometry.n_layers)
-        targets, _ = self.policy.layout(self.sink.n_tokens, per_layer)
-        self.resident.sync(per_layer, targets)
+        """``ModelRunner.encode_units``: a job's blocks, encoded after the policy's context, not stored."""
+        return self.runner.encode_units(job, provisional)
 
     def new_block_id(self) -> int:
         """An id for a block a policy creates itself (HERMES' summary token)."""
-        self._next_block_id += 1
-        return self._next_block_id - 1
+        return self.runner.new_block_id()
 
-    def _enforce_caps(self) -> None:
-        """Demote or evict, as the policy chooses, until the resident budget holds."""
-        pending = self.policy.pending_entries()  # StreamKV's cached open segment, counted in the budget
-        budget = self.policy.resident_tokens(self.config.budget_tokens, self.sink.n_tokens) * self.adapter.geometry.n_layers - pending
-        # Never for the pending cache's sake demote the encoding window: the next frames' KV would depend on the caps.
-        window = {b.block_id for b in self.policy.encoding_context(self.store, EncodeJob([]))} if pending else set()
-        while self.store.resident_entries > budget:
-            if pending and self.store.resident_entries <= budget + pending and (
-                not self.store.count(Tier.RESIDENT) or self.policy.demotion_victim(self.store).block_id in window
-            ):
-                break  # only the cache is over: documented in policies/streamkv.py
-            victim = self.policy.demotion_victim(self.store)
-            if not (self.policy.uses_offload and self.store.can_offload(victim)):
-                self.store.evict(victim)
-                continue
-            while not self.store.arena_has_room(victim):
-                self.store.evict(self.policy.offload_victim(self.store))
-            self.store.offload(victim)
-
-    @torch.inference_mode()
     def probe(self, text: str) -> torch.Tensor:
-        """(L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink.
+        """(L, n, H_q, D) pre-RoPE queries of ``text`` read right after the prompt sink (``ModelRunner.probe``)."""
+        return self.runner.probe(text)
 
-        Policies that score memory against a text before or without the real pass (StreamKV's guidance
-        prompt and layer-adaptive retrieval, HERMES' pseudo query, MuKV's question vector) read its
-        queries here, in the context of the prompt only: the same context for every memory."""
-        ids = self.adapter.text_ids(text)
-        geo = self.adapter.geometry
-        capture = QueryCapture(geo.n_q_heads, geo.n_kv_heads, geo.head_dim, keep_all=True)
-        cache = placed_cache(self.adapter, self.store, self.sink, [[] for _ in range(geo.n_layers)], [[] for _ in range(geo.n_layers)])
-        with capture.attached(self.adapter.query_modules()):
-            self.adapter.forward(
-                self.adapter.embed_tokens(ids), self.adapter.text_positions(self.sink.n_tokens, len(ids)), cache, logits=False
-            )
-        return torch.stack([capture.all(layer) for layer in range(geo.n_layers)])
+    # --- questions (``QuestionReader``, ``Answerer``, ``Locator``) ------------------
+    def validate(self, question: Question, list_options: bool = True) -> list[int]:
+        """Refuse a malformed question before any work; returns its token ids (``QuestionReader.validate``)."""
+        return self.reader.validate(question, list_options)
+
+    def candidates(self, question: Question) -> list[FrameBlock]:
+        """Blocks of the asked cameras whose frames all lie in the asked window, time order (``QuestionReader``)."""
+        return self.reader.candidates(question)
+
+    def ask(self, question: Question, on_token=None, option_scoring: str | None = None) -> Answer:
+        """Answer from memory (``Answerer.ask``). ``on_token(text_so_far)`` is called per generated token if given."""
+        return self.answerer.ask(question, on_token, option_scoring)
+
+    def score_continuations(self, question: Question, continuations: list[str]) -> Continuations:
+        """Summed log-probability of each continuation as the answer to the open ``question`` (``Answerer``)."""
+        return self.answerer.score_continuations(question, continuations)
+
+    def locate(self, query: LocateQuery) -> LocateResult:
+        """The ``query.top_k`` moments most relevant to ``query.text`` (``questions/locate.py``), re-read by
+        ``read_alone``."""
+        return self.locator.locate(query, self.read_alone)
+
+    def read_alone(self, blocks: list[FrameBlock], text: str) -> list[float]:
+        """``PolicyHost.read_alone``: per block, the mean log-probability per token of ``text``'s subject as the
+        answer to ``answer.locate_prompt`` about that block alone (``ModelRunner.read_alone``)."""
+        return self.runner.read_alone(blocks, self.generation.answer.locate_prompt, text)
+
+    @property
+    def last_layer_blocks(self) -> list[list[int]]:
+        """Per layer, block ids the last question attended to."""
+        return self.reader.last_layer_blocks
+
+    @property
+    def last_layer_token_share(self) -> list[dict[int, float]]:
+        """Per layer, {stamp: share of its tokens attended} of the last question."""
+        return self.reader.last_layer_token_share
+
+    @property
+    def last_layer_stamps(self) -> list[list[int]]:
+        """Per layer, the stamps of the frames the last question attended to (from ``last_layer_token_share``)."""
+        return [sorted(shares) for shares in self.reader.last_layer_token_share]
+
+    @property
+    def last_logits(self) -> torch.Tensor | None:
+        """The last question's first answer token's logits (parity tests, debugging)."""
+        return self.reader.last_logits
+
+    # --- state (``EngineState``) -------------------------------------------------
+    @property
+    def next_block_id(self) -> int:
+        """The id the next block will get (ids only increase, across restarts too)."""
+        return self.runner.next_block_id
+
+    @property
+    def frames_ingested(self) -> int:
+        return self.pipeline.ingested
+
+    @property
+    def still(self):
+        """The still-frame filter (``frames/still.py``), or None where ``memory.redundancy`` is off."""
+        return self.pipeline.still
+
+    def pending_poses(self) -> dict:
+        """Poses of frames received but cited by no block yet (``FrameTables.pending_poses``)."""
+        return self.tables.pending_poses(self.store)
+
+    def pending_words(self) -> dict:
+        """Words of frames received but cited by no block yet (``FrameTables.pending_words``)."""
+        return self.tables.pending_words(self.store)
+
+    def identity(self) -> dict:
+        """What a saved state must match to be loaded here (``EngineState.identity``)."""
+        return self.state.identity()
+
+    def state_dict(self, kv_for=None) -> dict:
+        """The whole memory, tensors by reference (``EngineState.state_dict``)."""
+        return self.state.state_dict(kv_for)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the memory by ``state``'s, checked before anything changes (``EngineState.load_state_dict``)."""
+        self.state.load_state_dict(state)
 
     # --- lifecycle and stats ----------------------------------------------
-    @torch.inference_mode()
-    def _encode_sink(self) -> Sink:
-        ids = self.adapter.prefix_ids()  # departure P11 (docs/POLICIES.md): ours under both presets, no seed's system prompt
-        cache = DynamicCache()
-        self.adapter.forward(self.adapter.embed_tokens(ids), self.adapter.text_positions(0, len(ids)), cache, logits=False)
-        keys = torch.stack([layer.keys[0] for layer in cache.layers])  # (L, H, S, D)
-        values = torch.stack([layer.values[0] for layer in cache.layers])
-        return Sink(keys, values)
-
     def reset(self) -> None:
         """Forget every frame; the sink and the lifetime counters stay."""
         with self._lock:
             self.store.clear()
             self.policy.reset()
-            self.still = None if self.still is None else StillFilter(self.still.config, self.still.frames_merged)
+            self.pipeline.reset()
         if self.resident is not None:
             self.resident.clear()
-        self._frame_poses, self._frame_words = {}, {}
-        self._ingest_ms.clear()
+        self.tables.clear()
         self._stats = self._snapshot()
 
     def close(self) -> None:
         """Release device and host memory."""
         self.reset()
         self.store.arena = None
-        self.sink = self.host.sink = None  # the policy's view of it too
-        self.resident = None
+        self.runner.sink = self.host.sink = None  # the policy's view of it too
+        self.runner.resident = None
         if self.adapter.device.type == "cuda":
             torch.cuda.empty_cache()
 
     def stats(self) -> EngineStats:
         """The latest snapshot (updated after each ingest and reset); never blocks on the model."""
         return self._stats
+
+    def _refresh_stats(self) -> None:
+        self._stats = self._snapshot()
 
     def _snapshot(self) -> EngineStats:
         """O(1) in what memory holds: every figure is a counter the store keeps (issue 16)."""
@@ -330,10 +313,11 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
             resident_entries = self.store.resident_entries + sink * n_layers
             arena = self.store.arena
             oldest, newest = self.store.stamp_range()
+            still, segment = self.pipeline.still, self.policy.open_segment()
             return EngineStats(
                 policy=self.policy.name,
-                frames_ingested=self._ingested,
-                frames_merged=0 if self.still is None else self.still.frames_merged,
+                frames_ingested=self.pipeline.ingested,
+                frames_merged=0 if still is None else still.frames_merged,
                 frames_evicted=self.store.evicted_blocks,
                 frames_in_memory=len(self.store),
                 tokens_resident=-(-resident_entries // n_layers),
@@ -344,7 +328,7 @@ class VideoMemoryEngine(AnsweringMixin, EngineStateMixin, StillIngestMixin, Visi
                 budget_offload_bytes=0 if arena is None else arena.capacity_bytes,
                 oldest_stamp_ns=oldest,
                 newest_stamp_ns=newest,
-                ingest_ms_p50=self._ingest_ms.percentile(50),
-                ingest_ms_p95=self._ingest_ms.percentile(95),
-                streamkv_open_segment_bytes=self.policy.pending_feature_bytes() + self.store.entry_bytes(self.policy.pending_entries()),
+                ingest_ms_p50=self.pipeline.ingest_ms.percentile(50),
+                ingest_ms_p95=self.pipeline.ingest_ms.percentile(95),
+                streamkv_open_segment_bytes=0 if segment is None else segment.feature_bytes() + self.store.entry_bytes(segment.entries()),
             )

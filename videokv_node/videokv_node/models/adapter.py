@@ -90,7 +90,7 @@ class VideoLLMAdapter(ABC):
     def frame_words(self, feats: torch.Tensor) -> list[tuple[str, ...]]:
         """(F, tokens_per_frame, hidden) frames from ``encode_frames`` -> per frame the words its tokens
         spell out as text, if the model writes any into a frame (videokv-tiny v5's nouns), most certain
-        first. The memory keeps them with the frame's block for ``~/locate`` (``memory/locate.py``,
+        first. The memory keeps them with the frame's block for ``~/locate`` (``memory/questions/locate.py``,
         ``words_shortlist``). Default: none (a model whose frame tokens are all visual)."""
         return [() for _ in range(feats.shape[0])]
 
@@ -142,7 +142,7 @@ class VideoLLMAdapter(ABC):
         ``n_logits`` > 1, the last ``n_logits`` tokens' logits (n_logits, vocab), in order (a
         continuation scored in one pass: ``~/locate``'s likelihood re-ranking).
         (B, n, hidden) ``embeds`` with B > 1 run B rows at the same positions over a cache of batch B
-        (frames of one size re-read at once, ``memory/locate.py``; no observer) and keep the leading B.
+        (frames of one size re-read at once, ``memory/questions/locate.py``; no observer) and keep the leading B.
         ``observer`` sees every layer's post-RoPE queries and keys (``models/attention.py``).
         ``mask``: (1, 1, n, K) boolean, which keys each new token sees in every layer (K: the
         cache's length plus n); default causal after the whole cache (``models/attention.py``).

@@ -10,7 +10,7 @@ None) and each layer builds its own from the lengths it actually has. That is
 exact because the engine never pads: every cached key is visible and the new
 tokens are causal among themselves, so the mask of query ``i`` of ``q`` against
 ``K`` keys is ``j <= K - q + i``. The engine runs batch size 1, except the
-re-reading of frames of one size (``memory/locate.py``), whose rows have the
+re-reading of frames of one size (``memory/questions/locate.py``), whose rows have the
 same lengths and so the same mask; an observer reads batch 1 only. A caller that
 needs another mask gives it (``videokv_mask``, (1, 1, q, K) boolean, the same for every
 layer): several frames prefilled in one pass, each seeing only its own context

@@ -184,7 +184,7 @@ class ChatVideoLLMAdapter(VideoLLMAdapter):
     def _last_logits(self, out, n: int = 1) -> torch.Tensor:
         """(vocab,) logits of the last token, or (n, vocab) of the last ``n`` when ``n`` > 1; float32
         (float64 for a float64 model, for parity tests). A batch of B > 1 rows (frames re-read at once,
-        memory/locate.py) keeps its leading dimension: (B, vocab) or (B, n, vocab)."""
+        memory/questions/locate.py) keeps its leading dimension: (B, vocab) or (B, n, vocab)."""
         if n < 1:
             raise ValueError(f"n_logits must be >= 1, got {n}")
         hidden = out.last_hidden_state[:, -1] if n == 1 else out.last_hidden_state[:, -n:]

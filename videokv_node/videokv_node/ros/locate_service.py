@@ -13,7 +13,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from videokv_interfaces.srv import Locate
 
-from videokv_node.memory.locate import LocateQuery
+from videokv_node.memory.questions.locate import LocateQuery
 from videokv_node.memory.question import RequestError
 from videokv_node.ros.conversions import ns_to_time, pose_to_msg, request_scope
 from videokv_node.ros.node_host import NodeHost

@@ -25,7 +25,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from videokv_node.memory.config import ConfigError
-from videokv_node.memory.presets import preset_values
+from videokv_node.memory.records.presets import preset_values
 # Re-exported: the node and its tests take the settings' types from here.
 from videokv_node.node_settings import NodeSettings, SpavaSettings  # noqa: F401
 from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_for, parameter_table, parameters  # noqa: F401
@@ -69,7 +69,7 @@ def declare(node: Node, lifecycle: bool = False) -> None:
     Raises ConfigError naming the parameter whose given value has the wrong type or is
     outside the descriptor's range; the values' consistency is ``read_settings``' check.
     ``memory.preset`` and ``memory.policy`` are declared first: every other parameter's
-    default is then the preset's value for that policy (``memory/presets.py``), so a value
+    default is then the preset's value for that policy (``memory/records/presets.py``), so a value
     given to the node wins over the preset and ``ros2 param get`` shows what is in force.
     """
     table = parameters()

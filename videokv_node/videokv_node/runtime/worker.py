@@ -19,7 +19,7 @@ from typing import Any
 
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.question import Frame, Question
-from videokv_node.memory.vision_stage import PreparedFrames, vision_thread as new_vision_thread
+from videokv_node.memory.frames.vision_stage import PreparedFrames, vision_thread as new_vision_thread
 from videokv_node.pose import Pose
 from videokv_node.runtime.heap_trim import HeapTrim
 
@@ -51,7 +51,7 @@ class ModelWorker:
     Requests still run in the order they were queued: a reset or write waiting ahead of a
     question holds it until the batch is done.
 
-    With ``vision_thread`` the vision encoder runs on a thread of its own (``memory/vision_stage.py``):
+    With ``vision_thread`` the vision encoder runs on a thread of its own (``memory/frames/vision_stage.py``):
     the worker prepares the frames it takes (poses, still frames merged, their vision submitted),
     then runs the decoder over the batch it prepared before, so one batch's vision encoder and the
     previous batch's decoder overlap while frames keep coming; a batch with none before it waits for

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from videokv_node.memory.options import distinct_spans, option_texts, span_means
+from videokv_node.memory.questions.options import distinct_spans, option_texts, span_means
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.spava.attention import use_spava_attention
 from videokv_node.spava.collectives import broadcast_tensor
@@ -118,7 +118,7 @@ class ReplayWorker:
         by_likelihood = bool(q.options) and q.option_scoring == "likelihood"
         try:
             # Likelihood: the question asked open, each option's text scored as its answer.
-            texts = option_texts(q.options)  # labels such as "A)" dropped (memory/options.py)
+            texts = option_texts(q.options)  # labels such as "A)" dropped (memory/questions/options.py)
             q_ids = a.question_ids(q.question, [] if by_likelihood else texts)
             letters = a.option_token_ids(len(q.options)) if q.options and not by_likelihood else []
             option_ids = [a.text_ids(o) for o in texts] if by_likelihood else []
@@ -136,9 +136,9 @@ class ReplayWorker:
                            evidence_cameras=[job.cameras[i] for i in idx], ttft_s=ttft)
         t0 = time.monotonic()
         if by_likelihood:
-            # As the engine's likelihood scoring (memory/answering.py _ask_by_likelihood): options of
+            # As the engine's likelihood scoring (memory/questions/answering.py _ask_by_likelihood): options of
             # different lengths compared by the mean log-probability per token over the tokens that
-            # tell them apart (memory/options.py distinct_spans); scores = softmax.
+            # tell them apart (memory/questions/options.py distinct_spans); scores = softmax.
             spans = distinct_spans(option_ids)
             per_token = self.runner.score_continuations(logits, a.embed_tokens, [ids[:b] for ids, (_, b) in zip(option_ids, spans)])
             probs = torch.softmax(torch.tensor(span_means(per_token, spans), dtype=torch.float64), dim=0)

@@ -5,7 +5,7 @@
 What it measures: the same question about the same memory, its options written in the ways a
 planner (or an LLM planner) writes them (``FORMATS``: bare words, "Red.", "A) Red", "a red
 object", "It is red", upper case, padded), scored as the node scores them by default
-(``likelihood``: ``memory/options.py``) and by letter, beside the open answer and beside the
+(``likelihood``: ``memory/questions/options.py``) and by letter, beside the open answer and beside the
 earlier likelihood rule (the mean over every token of the option as written: read here from
 ``score_continuations``' summed log-probabilities and token counts). A choice should not depend
 on the wording.
@@ -119,7 +119,7 @@ def report(hits: dict, command: str) -> str:
         f"{datetime.date.today().isoformat()}. Method: `tinyvlm/option_wording.py` (module doc): objects drawn by "
         "OpenCV, 6 frames each, the node's default memory, question wordings never trained on. Rows: how the "
         "options were written; columns: right answers by the node's default scoring (`likelihood`, "
-        "`memory/options.py`), the earlier likelihood rule (mean over every token of the option as written), and "
+        "`memory/questions/options.py`), the earlier likelihood rule (mean over every token of the option as written), and "
         "letter scoring. Open answers (no options): " + ", ".join(f"{k} {share(v['open'])}" for k, v in hits.items()) + ".",
         "",
         "| options written as | " + " | ".join(f"{k}: likelihood | {k}: whole-option mean | {k}: letter" for k in hits) + " |",

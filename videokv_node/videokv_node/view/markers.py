@@ -8,7 +8,7 @@ for as long as it is in memory, so RViz and Foxglove update a marker rather than
 - ``videokv/frames`` (id = block id): each frame in memory as a sphere at the pose it was seen from,
   green where its KV is resident on the model's device, orange where it is offloaded to the host arena,
   darker the older it is (from full brightness for the newest stamp held down to 40 % for the oldest);
-- ``videokv/still`` (id = block id): each still span (frames merged into one block, memory/redundancy.py)
+- ``videokv/still`` (id = block id): each still span (frames merged into one block, memory/frames/still.py)
   as one segment from the pose of its first frame to the pose of its last, rising 2 cm a second still
   (at most 2 m), so a robot that stood still shows how long;
 - ``videokv/words`` (id = the first block of the sighting): each sighting of a named thing, a run of

@@ -22,7 +22,7 @@ class VisionConfig:
     precision: str = param("fp16", f"TensorRT engine precision: {', '.join(PRECISIONS)} (int8 needs vision.calibration_dir)", choices=PRECISIONS)
     engine_rebuild: str = param("auto", f"{' or '.join(REBUILD_MODES)}: rebuild a missing, stale or corrupt TensorRT engine at start, or refuse it (build ahead with videokv_node.vision.build_engine)", choices=REBUILD_MODES)
     max_batch: int = param(8, "queued frames encoded in one vision call at most; the TensorRT profile's largest batch")
-    own_thread: bool = param(False, "run the vision encoder on a thread of its own, on the next queued frames while the decoder encodes the ones before (memory/vision_stage.py); off: one after the other on the model worker (on 2 CPU cores under 8 cameras it gained 0-5%: docs/bench/load.md)")
+    own_thread: bool = param(False, "run the vision encoder on a thread of its own, on the next queued frames while the decoder encodes the ones before (memory/frames/vision_stage.py); off: one after the other on the model worker (on 2 CPU cores under 8 cameras it gained 0-5%: docs/bench/load.md)")
     calibration_dir: str = param("", "int8 only: directory of .npy RGB uint8 frames to calibrate the TensorRT engine on")  # uint8 H x W x 3 each
 
     def __post_init__(self) -> None:

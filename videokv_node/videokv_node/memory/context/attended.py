@@ -45,6 +45,6 @@ def evidence_of(chosen: Mapping[int, FrameBlock]) -> list[Evidence]:
         for s in b.cited_stamps:
             ev = cited.setdefault((s, b.camera), Evidence(s, b.camera))
             ev.pose = ev.pose if ev.pose is not None else b.pose_at(s)
-            if b.last_stamp(s) > ev.last:  # a still span (memory/redundancy.py): its end and the pose there
+            if b.last_stamp(s) > ev.last:  # a still span (memory/frames/still.py): its end and the pose there
                 ev.last_stamp_ns, ev.last_pose = b.last_stamp(s), b.span_end_pose
     return [cited[k] for k in sorted(cited)]

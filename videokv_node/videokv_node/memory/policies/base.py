@@ -2,8 +2,8 @@
 
 A policy decides, never stores: what gets encoded when a frame arrives (one
 block per frame, a whole segment plus its summary, three granularities), what
-the new tokens attend to while encoded, what is compressed right after, which
-block leaves the device when the resident budget is exceeded, where kept
+the new tokens attend to while encoded, what is compressed right after, whether a
+block leaving the device is offloaded (the oldest leaves first: ``frames/caps.py``), where kept
 tokens stand for RoPE, and what a question attends to in each layer (``select``,
 the one way in; its result is typed by mode: ``selection.py``). The engine and
 the block store do the moving and the counting, so a policy is a small class
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol, final
 
 import torch
 
@@ -24,16 +24,35 @@ from videokv_node.memory.context.encoding import EncodeJob, Unit  # re-exported 
 from videokv_node.memory.context.retrieval_cache import Targets, pack_layout
 from videokv_node.memory.policies.host import PolicyHost, Probe  # Probe: re-exported for the policies
 from videokv_node.memory.context.selection import Selection
-from videokv_node.memory.store.block import FrameBlock, Tier, newest_within, recent_within  # recent_within: re-exported for the policies
+from videokv_node.memory.store.block import FrameBlock, Tier, newest_within, present_in, recent_within  # re-exported for the policies
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.attention import AttentionObserver
 
 __all__ = [
-    "EncodeJob", "MemoryPolicy", "PolicyHost", "Probe", "Unit", "present_in", "recent_resident",
+    "EncodeJob", "MemoryPolicy", "OpenSegment", "PolicyHost", "Probe", "Unit", "present_in", "recent_resident",
     "recent_within",
 ]
+
+
+class OpenSegment(Protocol):
+    """Frames a policy holds outside the store until it makes blocks of them (StreamKV's open segment).
+
+    The engine reads it for a question (the units, and the blocks to attend to), for the caps (the entries
+    counted in the resident budget) and for the stats (the bytes)."""
+
+    def units(self) -> list[Unit]:
+        """The frames received and not yet in blocks, as units (time order)."""
+
+    def blocks(self, host: PolicyHost) -> list[FrameBlock]:
+        """Their blocks for a question to attend to, outside the store (kept up to date by the policy)."""
+
+    def entries(self) -> int:
+        """Resident (token, layer) entries held for them outside the store: counted in the resident budget."""
+
+    def feature_bytes(self) -> int:
+        """Bytes of frame features waiting outside the KV figures."""
 
 
 class MemoryPolicy(ABC):
@@ -126,48 +145,24 @@ class MemoryPolicy(ABC):
     def after_frame(self, host: PolicyHost) -> None:
         """Called once a frame's jobs are encoded and stored, before the caps are enforced; nothing by default."""
 
-    def pending_units(self) -> list[Unit]:
-        """Frames received but not yet encoded into blocks (an open segment)."""
-        return []
+    def open_segment(self) -> OpenSegment | None:
+        """Frames the policy holds outside the store (StreamKV's open segment), or None (default: none)."""
+        return None
 
-    def pending_blocks(self, host: PolicyHost) -> list[FrameBlock]:
-        """Blocks of ``pending_units`` for a question to attend to, outside the store; by default
-        encoded for the question only. StreamKV keeps them cached (``policies/streamkv.py``)."""
-        units = self.pending_units()
-        return host.encode_units(EncodeJob(units)) if units else []
+    @final
+    def pending_units(self) -> list[Unit]:
+        """Frames received but not yet encoded into blocks (``open_segment``'s units; not a hook)."""
+        segment = self.open_segment()
+        return segment.units() if segment is not None else []
 
     def resident_tokens(self, budget_tokens: int, sink_tokens: int) -> int:
         """Tokens per layer the engine lets the store hold on the device: ``budget_tokens`` less the sink
         (HERMES' ``script`` budget rule: its budget plus one chunk)."""
         return budget_tokens - sink_tokens
 
-    def pending_entries(self) -> int:
-        """Resident (token, layer) entries the policy holds outside the store (StreamKV's cached open
-        segment): counted in the resident budget and the stats. None by default."""
-        return 0
-
-    def pending_feature_bytes(self) -> int:
-        """Bytes of frame features waiting outside the KV figures (StreamKV's open segment); 0 by default."""
-        return 0
-
     def layout(self, sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
         """Where each layer's kept tokens stand for RoPE, and the next free position."""
         return pack_layout(self.adapter, sink_len, per_layer)
-
-    # --- caps ---------------------------------------------------------------
-    def demotion_victim(self, store: BlockStore) -> FrameBlock:
-        """The resident block to move off the device when over budget: the oldest."""
-        victim = store.oldest(Tier.RESIDENT)
-        if victim is None:
-            raise RuntimeError("over the resident budget with no resident block: the budget is smaller than the sink")
-        return victim
-
-    def offload_victim(self, store: BlockStore) -> FrameBlock:
-        """The offloaded block to drop when the host arena is full: the oldest."""
-        victim = store.oldest(Tier.OFFLOADED)
-        if victim is None:
-            raise RuntimeError("host arena full with no offloaded block")
-        return victim
 
     # --- questions ----------------------------------------------------------
     @abstractmethod
@@ -181,10 +176,10 @@ class MemoryPolicy(ABC):
         needs first (the question's probe, a re-reading of a shortlist) it asks of ``host`` here; the
         engine only builds the cache the result names. Reads memory, never changes it."""
 
-    def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
-        """(N,) this policy's own retrieval score of each candidate for ``text`` (``~/locate``), or None
-        when it has none: locate then ranks frames by a question prefill's attention mass
-        (``memory/locate.py``). Default: None."""
+    def locate_scores(self, host: PolicyHost, candidates: list[FrameBlock], text: str) -> torch.Tensor | None:
+        """(N,) this policy's own retrieval score of each candidate for ``text`` (``~/locate``), asking ``host``
+        what it needs (the text's probe, the store's index), or None when it has none: locate then ranks frames
+        by a question prefill's attention mass (``memory/questions/locate.py``). Default: None."""
         return None
 
 
@@ -193,8 +188,3 @@ def recent_resident(store: BlockStore, max_tokens: int, stream: str | None = Non
     the resident tier newest first only as far as the window goes."""
     resident = store.newest_first(Tier.RESIDENT)
     return newest_within(resident if stream is None else (b for b in resident if b.stream == stream), max_tokens)
-
-
-def present_in(blocks: Sequence[FrameBlock], n_layers: int) -> list[list[FrameBlock]]:
-    """Per layer, the blocks that keep tokens in that layer (order kept)."""
-    return [[b for b in blocks if b.layers[layer] is not None] for layer in range(n_layers)]

@@ -10,14 +10,12 @@ since a policy without retrieval could never read it back.
 from __future__ import annotations
 
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost
-from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.store.block import FrameBlock, Tier
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 
 
-@register_policy
 class FullPolicy(MemoryPolicy):
     name = "full"
     uses_offload = False

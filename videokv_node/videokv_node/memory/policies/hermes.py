@@ -24,7 +24,7 @@ Pseudo-queries, two modes (``memory.hermes.pseudo_queries``):
 - ``live`` (paper preset, HERMES' script): before each compression the global
   query and the mixed "local; global" one are run through the model over the
   live cache, and deep / middle layers are scored with the attention they pay to the
-  cached tokens (``memory/scoring/hermes_live.py``). The script's queries after a first
+  cached tokens (``PolicyHost.pseudo_attention``: the engine's model runner, memory/context/model_runner.py). The script's queries after a first
   question add it and its answer; ours stay generic (the memory keeps no conversation).
 
 Schedule (``recency_rate_deep``, ``omega_gamma``, ``schedule_end``): robot keeps
@@ -58,27 +58,25 @@ from videokv_node.memory.store.block import FrameBlock, LayerKV, Tier
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import ConfigError
-from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, present_in
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.top_k import top_k_stable
-from videokv_node.memory.context.retrieval_cache import logical_layout, pack_layout, place_layer, placed_cache
+from videokv_node.memory.context.retrieval_cache import logical_layout, pack_layout
 from videokv_node.memory.scoring.hermes import (
     cross_layer_smooth,
     layer_roles,
     layer_scores,
     omega,
+    mixed_query,
     pseudo_query_attention,
     recency_scores,
     schedule_rate,
     summary_token,
 )
-from videokv_node.memory.scoring.hermes_live import live_scores
 
 TOKEN_ID_STRIDE = 1 << 20  # global token id = block_id * stride + token index (blocks are far smaller)
 
 
-@register_policy
 class HermesPolicy(MemoryPolicy):
     name = "hermes"
     uses_offload = False
@@ -246,8 +244,8 @@ class HermesPolicy(MemoryPolicy):
         scores, ids = [], []
         live = None
         if self.cfg.pseudo_queries == "live":  # HERMES' script: its queries through the model over the live cache
-            live = live_scores(self.adapter, lambda: placed_cache(self.adapter, store, self.host.sink, per_layer, targets),
-                               self.cfg.local_query, self.cfg.global_query, next_pos, self.sink_len)
+            live = {"deep": self.host.pseudo_attention(self.cfg.global_query, per_layer, targets, next_pos),
+                    "middle": self.host.pseudo_attention(mixed_query(self.cfg.local_query, self.cfg.global_query), per_layer, targets, next_pos)}
         for layer, blocks in enumerate(per_layer):
             ages = torch.cat([torch.full((b.layer_tokens(layer),), float(self._frames - 1 - self._frame_of[b.block_id])) for b in blocks])
             ids.append(torch.cat([b.block_id * TOKEN_ID_STRIDE + b.layers[layer].index for b in blocks]))
@@ -257,7 +255,7 @@ class HermesPolicy(MemoryPolicy):
             if live is not None and self.roles[layer] != "shallow":
                 attn = live[self.roles[layer]][layer]
             elif self.roles[layer] != "shallow":
-                keys, _ = place_layer(self.adapter, store, self.host.sink, blocks, targets[layer], layer)  # (1, H, S + N, D)
+                keys = self.host.placed_keys(blocks, targets[layer], layer)  # (1, H, S + N, D)
                 q = self.pseudo[layer]  # (n, H_q, D)
                 q_pos = self.adapter.text_positions(next_pos, q.shape[0])
                 q_rot = self.adapter.rotate_keys(q.transpose(0, 1), q_pos).to(keys.dtype)  # (H_q, n, D)

@@ -1,10 +1,13 @@
 """What a memory policy may ask of the engine it is plugged into, and nothing more.
 
-A policy decides; the engine encodes, stores and counts. Some decisions need the engine's
-help: HERMES places the cache after the prompt sink to score it and mints an id for its
-summary token, StreamKV encodes its open segment ahead of time, policies with guidance
-prompts read a text's queries, ReKV's re-ranking reads each frame of a shortlist alone. ``PolicyHost`` names exactly that, so a policy depends on
-this protocol, never on the engine class (no import cycle, and no way to reach the rest).
+A policy decides; the engine encodes, stores and counts, and only the engine runs the model
+(``ModelRunner``, memory/context/model_runner.py). Some decisions need its help: HERMES scores
+the cache with its pseudo-queries (through the model over the live cache, or against the
+placed keys) and mints an id for its summary token, StreamKV encodes its open segment ahead
+of time, policies with guidance prompts read a text's queries, ReKV's re-ranking reads each
+frame of a shortlist alone. ``PolicyHost`` names exactly that, so a policy depends on this
+protocol, never on the engine class (no import cycle, and no way to reach the rest), and
+never calls the model or builds a cache itself.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Protocol
 import torch
 
 from videokv_node.memory.context.encoding import EncodeJob
-from videokv_node.memory.context.retrieval_cache import Sink
+from videokv_node.memory.context.retrieval_cache import Sink, Targets
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_store import BlockStore
 
@@ -48,13 +51,21 @@ class PolicyHost(Protocol):
     def read_alone(self, blocks: Sequence[FrameBlock], text: str) -> list[float]:
         """Per block, the mean log-probability per token (natural log, <= 0) of ``text``'s subject as the
         answer to ``answer.locate_prompt`` asked over the prompt sink and that block alone (its kept
-        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (memory/locate.py
-        ``likelihood_scores``). Memory is not changed."""
+        tokens, placed by the policy's layout): ``~/locate``'s re-ranking (``ModelRunner.read_alone``).
+        Memory is not changed."""
+
+    def pseudo_attention(self, text: str, per_layer: Sequence[Sequence[FrameBlock]], targets: Targets,
+                         start_pos: int) -> list[torch.Tensor]:
+        """Per layer, (N_l,) the attention ``text``'s tokens pay to each of ``per_layer[l]``'s tokens, run through
+        the model over the sink and those blocks placed at ``targets`` (HERMES' live pseudo-queries)."""
+
+    def placed_keys(self, blocks: Sequence[FrameBlock], targets: Sequence[torch.Tensor], layer: int) -> torch.Tensor:
+        """(1, H, S + N, D) keys of ``layer``: the sink, then ``blocks`` placed at ``targets`` (no model run)."""
 
 
 @dataclass(slots=True)
 class EngineHost:
-    """A ``PolicyHost`` made of the engine's store, sink and four of its methods: what the engine
+    """A ``PolicyHost`` made of the engine's store, sink and its model runner's methods: what the engine
     hands its policy (``MemoryPolicy.setup``), so the policy holds these, not the engine. Only the
     engine changes it (``sink`` is dropped on ``close``)."""
 
@@ -64,3 +75,5 @@ class EngineHost:
     encode_units: Callable[..., list[FrameBlock]]
     probe: Probe
     read_alone: Callable[[Sequence[FrameBlock], str], list[float]]
+    pseudo_attention: Callable[..., list[torch.Tensor]]
+    placed_keys: Callable[..., torch.Tensor]

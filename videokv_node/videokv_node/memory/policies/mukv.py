@@ -37,7 +37,6 @@ from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
-from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.mukv import (
@@ -54,7 +53,6 @@ from videokv_node.models.attention import attention_probs
 RANK = {"segment": 0, "frame": 1, "patch": 2}  # order among blocks starting at the same stamp
 
 
-@register_policy
 class MuKVPolicy(MemoryPolicy):
     name = "mukv"
     uses_offload = True

@@ -32,7 +32,7 @@ Re-ranking (``memory.rekv.rerank`` N > 0, with ``selection: shared``; ours, not 
 presets): the fused ranking's best N x ``retrieve_frames`` blocks are shortlisted; its first
 ``rerank_keep`` of ``retrieve_frames`` (rounded) are kept in that order, and the rest are the
 shortlist's others best by the question's likelihood about each read alone (``PolicyHost.read_alone``:
-``~/locate``'s re-ranking, memory/locate.py). Why: the mean key of a frame does not single out
+``~/locate``'s re-ranking, memory/questions/locate.py). Why: the mean key of a frame does not single out
 the frame a question names (SmolLM2's text needles: docs/BENCHMARKS.md, issue 15); the model's reading
 of one frame does when the question names its subject, and misleads when it does not ("What colour is
 the shape?" on videokv-tiny), which the kept share guards. Costs one short read per re-read block
@@ -58,7 +58,7 @@ alone (``memory/context/batch_prefill.py``): the same blocks as frame by frame, 
 
 Words (``memory.rekv.words`` s > 0; ours, not ReKV's: the robot default 0.5, the paper preset 0): up to
 ceil(s x ``retrieve_frames``) of the pool are the blocks whose words the question names (a model that writes
-words into its frames, videokv-tiny v5's nouns: ``FrameBlock.words``, ``memory/words.py``), attended in every
+words into its frames, videokv-tiny v5's nouns: ``FrameBlock.words``, ``memory/store/words.py``), attended in every
 layer beside the recent window; ReKV retrieves the rest of ``retrieve_frames`` from the others as above. Why:
 ReKV's mean key does not single out the frames of a thing (issue 34: on real things ``~/locate``'s ReKV
 shortlist held the same frames for every query), the frame's own nouns do. A question naming no word of any
@@ -66,7 +66,7 @@ frame retrieves as ReKV does.
 
 Locate (``~/locate``, not in ReKV): every candidate's per-layer score above, for the
 query's probe (queries read after the prompt sink), averaged over layers
-(``memory/locate.py`` says why); with ``selection: shared``, the fused rank score the
+(``memory/questions/locate.py`` says why); with ``selection: shared``, the fused rank score the
 question retrieves by, so ``~/locate`` ranks the moments as a question would choose them.
 """
 
@@ -81,14 +81,12 @@ from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.scoring.queries import query_means
 from videokv_node.memory.scoring.rekv import fused_ranks, layer_scores
-from videokv_node.memory.policies.registry import register_policy
-from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Probe, recent_resident
+from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, recent_resident
 from videokv_node.memory.context.selection import InPass, Selection, Static
-from videokv_node.memory.words import words_shortlist
+from videokv_node.memory.store.words import words_shortlist
 from videokv_node.memory.scoring.top_k import top_k_stable
 
 
-@register_policy
 class ReKVPolicy(MemoryPolicy):
     name = "rekv"
     uses_offload = True
@@ -129,7 +127,7 @@ class ReKVPolicy(MemoryPolicy):
     def _named(self, host: PolicyHost, pool: Candidates, question: str) -> list[FrameBlock]:
         """At most ``memory.rekv.words`` x ``retrieve_frames`` (rounded up) of ``pool`` whose words the question
         names, found by the store's word index (``BlockStore.words``) and ordered as ``~/locate`` orders them
-        (``memory/words.py`` ``words_shortlist``)."""
+        (``memory/store/words.py`` ``words_shortlist``)."""
         limit = math.ceil(self.config.rekv.words * self.config.retrieve_frames)
         named = host.store.words.named(question) if limit and pool.count and len(host.store.words) else {}
         if not named:
@@ -146,15 +144,12 @@ class ReKVPolicy(MemoryPolicy):
         scores = torch.tensor(host.read_alone(shortlist, question), dtype=torch.float64)  # (n,) mean log-probabilities
         return [shortlist[i] for i in top_k_stable(scores, k).tolist()]
 
-    def setup(self, host: PolicyHost) -> None:
-        self._store = host.store  # read by locate_scores under ``rekv.contrast`` (the index's neighbours)
-
-    def locate_scores(self, candidates: list[FrameBlock], probe: Probe, text: str) -> torch.Tensor | None:
+    def locate_scores(self, host: PolicyHost, candidates: list[FrameBlock], text: str) -> torch.Tensor | None:
         if not candidates:
             return None
-        q = query_means(probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
+        q = query_means(host.probe(text), self.adapter.geometry.n_kv_heads)  # (L, H_kv, D)
         if w := self.config.rekv.contrast:  # every candidate against its neighbours, as a question ranks them
-            index = self._store.index
+            index = host.store.index
             slots = torch.tensor([index.slot_of[b.block_id] for b in candidates], device=index.device)
             scores = index.layer_scores(slots, q.to(index.device), w).T.to(q.device)  # (N, L)
         else:

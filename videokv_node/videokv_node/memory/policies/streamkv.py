@@ -61,15 +61,13 @@ import torch
 from videokv_node.memory.store.block import FrameBlock, LayerKV
 from videokv_node.memory.store.block_index import Candidates
 from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.policies.registry import register_policy
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
 from videokv_node.memory.context.selection import Static
 from videokv_node.memory.scoring.segmenter import SegmenterConfig, SemanticSegmenter
 from videokv_node.memory.scoring.select_kv import CODE_COMPRESS_TEMP, CODE_RETRIEVE_TEMP, code_bounds, cosine_scores, criterion, select_kv
-from videokv_node.memory.state import dtype_from_name, dtype_name
+from videokv_node.memory.records.state import dtype_from_name, dtype_name
 
 
-@register_policy
 class StreamKVPolicy(MemoryPolicy):
     name = "streamkv"
     uses_offload = True
@@ -215,16 +213,8 @@ class StreamKVPolicy(MemoryPolicy):
             blocks = self.host.encode_units(EncodeJob([self._member_unit(m) for m in pending[n:]], ready=blocks), provisional=True)
         self._open = list(zip(pending, blocks))
 
-    def pending_blocks(self, host: PolicyHost) -> list[FrameBlock]:
-        """The open segment's cached blocks (refreshed first if stale: right after a snapshot load)."""
-        self._refresh_open()
-        return [block for _, block in self._open]
-
-    def pending_entries(self) -> int:
-        return sum(block.entries for _, block in self._open)
-
-    def pending_feature_bytes(self) -> int:
-        return sum(m.feature.numel() * m.feature.element_size() for m in self.segmenter.pending)
+    def open_segment(self) -> _OpenSegment:
+        return _OpenSegment(self)
 
     def _member_unit(self, member) -> Unit:
         """A segment member as a unit: one frame, or the mean of merged adjacent frames (cited by all of them)."""
@@ -260,9 +250,6 @@ class StreamKVPolicy(MemoryPolicy):
             for i in member.item_ids:
                 self._meta.pop(i, None)
         return EncodeJob(units, ready=ready)
-
-    def pending_units(self) -> list[Unit]:
-        return [self._member_unit(member) for member in self.segmenter.pending]
 
     def encoding_context(self, store: BlockStore, job: EncodeJob) -> list[FrameBlock]:
         # Departure P5 (docs/POLICIES.md, kept under `paper`): the window is the newest blocks as the
@@ -313,3 +300,24 @@ class StreamKVPolicy(MemoryPolicy):
         chosen = select_kv(scores, self.cfg.retrieve_frames * L, bounds)
         self.last_budgets = [int(c.numel()) for c in chosen]
         return Static.layers([index.blocks_of(r[c.to(r.device)]) for r, c in zip(ranges, chosen)])
+
+
+class _OpenSegment:
+    """StreamKV's open segment as the engine reads it (``OpenSegment``): a view of the policy's state."""
+
+    def __init__(self, policy: StreamKVPolicy) -> None:
+        self.policy = policy
+
+    def units(self) -> list[Unit]:
+        return [self.policy._member_unit(member) for member in self.policy.segmenter.pending]
+
+    def blocks(self, host: PolicyHost) -> list[FrameBlock]:
+        """The open segment's cached blocks (refreshed first if stale: right after a snapshot load)."""
+        self.policy._refresh_open()
+        return [block for _, block in self.policy._open]
+
+    def entries(self) -> int:
+        return sum(block.entries for _, block in self.policy._open)
+
+    def feature_bytes(self) -> int:
+        return sum(m.feature.numel() * m.feature.element_size() for m in self.policy.segmenter.pending)

@@ -299,3 +299,10 @@ def pseudo_query_attention(query: torch.Tensor, keys: torch.Tensor, scale: float
     k = keys.to(work).repeat_interleave(hq // hkv, dim=0)  # (Hq, N, D)
     logits = torch.einsum("hid,hjd->hij", query.to(work), k) * scale  # (Hq, n, N)
     return torch.softmax(logits, dim=-1).mean(dim=(0, 1))  # (N,)
+
+
+def mixed_query(local: str, global_: str) -> str:
+    """The middle layers' query of HERMES' script (``pseudo_forward`` in inference/llavaov_online_official.py):
+    ``local_question + "; " + global_question``; the script's live scores of a layer are the softmax attention
+    its pseudo-queries pay to the cached video tokens (``ModelRunner.pseudo_attention`` runs them)."""
+    return f"{local}; {global_}"

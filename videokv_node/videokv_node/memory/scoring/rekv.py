@@ -9,7 +9,7 @@ the query heads of each KV group (GQA: ``scoring/queries.py``); keys are the blo
 Who calls what: the engine's in-pass retrieval (``context/question_cache.py``) ranks one layer's
 candidates on the block index (``BlockIndex.top_k``: ``block_scores``); ``selection: shared`` fuses
 the layers' rankings (``BlockIndex.fused_top_k``: ``fused_ranks``, ours, policies/rekv.py says why);
-``~/locate`` averages ``layer_scores`` over the layers (memory/locate.py). The one top-k:
+``~/locate`` averages ``layer_scores`` over the layers (memory/questions/locate.py). The one top-k:
 ``scoring/top_k.py``.
 """
 

@@ -4,5 +4,5 @@ checksums, hard links), a state dict packed into files (``pack``) and read back 
 and periodic snapshots (``series``).
 
 Never imports the engine: what it asks of it is ``format.Snapshottable``; both sides share
-``memory/state.py``. Empty on purpose: import the module you need.
+``memory/records/state.py``. Empty on purpose: import the module you need.
 """

@@ -86,7 +86,7 @@ from videokv_node.memory.snapshot import pack
 from videokv_node.memory.snapshot.files import MANIFEST, SnapshotError, disk_bytes, fsync, leftovers, new_temporary, resolve_snapshot_path, sha256, share_file, swap_in
 from videokv_node.memory.snapshot.pack import COMPACT_BELOW, SNAPSHOT_VERSION, STATE
 from videokv_node.memory.snapshot.read import check_compatible, read_manifest, read_state
-from videokv_node.memory.state import PolicyStateError, dtype_from_name, dtype_name, reason
+from videokv_node.memory.records.state import PolicyStateError, dtype_from_name, dtype_name, reason
 
 __all__ = [
     "COMPACT_BELOW", "SNAPSHOT_VERSION", "SnapshotError", "SnapshotInfo", "Snapshottable", "PreparedSnapshot",
@@ -102,7 +102,7 @@ class Snapshottable(Protocol):
         """``{"model": {...}, "policy": name}``: what a saved state must match to be loaded."""
 
     def state_dict(self, kv_for: Callable[[list[dict]], Collection[int]] | None = None) -> dict:
-        """The whole memory (``EngineStateMixin.state_dict``); K/V only of the blocks ``kv_for`` names."""
+        """The whole memory (``EngineState.state_dict``); K/V only of the blocks ``kv_for`` names."""
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole memory, or raise and change nothing."""

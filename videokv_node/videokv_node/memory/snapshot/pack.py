@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from videokv_node.memory.snapshot.files import MANIFEST
-from videokv_node.memory.state import dtype_from_name, host_copy
+from videokv_node.memory.records.state import dtype_from_name, host_copy
 
 # Version 3 (issue 17) adds each block's ``poses`` (aligned with ``stamps_ns``, null where
 # unknown) and the engine's ``pending_poses``; it is version 2 otherwise. Versions 1 and 2 load

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from videokv_node.memory.snapshot.files import MANIFEST, SnapshotError, leftovers, sha256
 from videokv_node.memory.snapshot.pack import FORMAT, READABLE_VERSIONS, SNAPSHOT_VERSION, STATE, TENSORS_V1
-from videokv_node.memory.state import dtype_from_name, dtype_name, reason
+from videokv_node.memory.records.state import dtype_from_name, dtype_name, reason
 from videokv_node.pose import Pose
 
 
@@ -52,7 +52,7 @@ def read_manifest(target: Path) -> dict:
 
 def check_compatible(identity: dict, manifest: dict, target: Path) -> None:
     """Refuse, with both values, a snapshot another version, model or policy wrote (``identity``:
-    the engine's, ``EngineStateMixin.identity``)."""
+    the engine's, ``EngineState.identity``)."""
     version = manifest.get("version")
     if version not in READABLE_VERSIONS:
         raise SnapshotError(f"snapshot {target} has format version {version!r}; this videokv reads versions "
@@ -80,7 +80,7 @@ def check_compatible(identity: dict, manifest: dict, target: Path) -> None:
 
 
 def read_state(identity: dict, manifest: dict, target: Path) -> dict:
-    """The engine state dict (``EngineStateMixin.state_dict``'s layout) a checked manifest describes,
+    """The engine state dict (``EngineState.state_dict``'s layout) a checked manifest describes,
     read from its files, less the blocks of lost segments (module docstring), with ``"lost"``:
     ``{"segments": {name: reason}, "blocks": [ids], "frames": camera frames left uncovered}``.
     SnapshotError for a missing, corrupt or malformed manifest, state file or field."""

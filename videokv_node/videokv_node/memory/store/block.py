@@ -9,7 +9,7 @@ still has and their K/V; a layer with none left holds ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -73,14 +73,14 @@ class FrameBlock:
     # compression only ever keeps a subset, so a snapshot may reuse the K/V it stored at the same revision.
     revision: int = 0
     poses: tuple[Pose | None, ...] = ()  # robot pose at each of stamps_ns (same order), None where unknown; set by the engine
-    # A still span (memory/redundancy.py, issue 36): later frames of its camera that showed what its newest
+    # A still span (memory/frames/still.py, issue 36): later frames of its camera that showed what its newest
     # stamp showed, merged into it. Set by BlockStore.extend_span only; 0 / 0 / None: none merged.
     span_end_ns: int = 0  # the last merged frame's stamp
     frames_merged: int = 0  # frames merged into it
     span_end_pose: Pose | None = None  # the robot's pose at span_end_ns, if known
     # The words the model's frame tokens spell out (``VideoLLMAdapter.frame_words``: videokv-tiny v5's nouns), of
     # every frame it stands for, each once, in stamp order and each frame's own order; set when stored. ~/locate's
-    # shortlist reads them (memory/locate.py ``words_shortlist``).
+    # shortlist reads them (memory/questions/locate.py ``words_shortlist``).
     words: tuple[str, ...] = ()
 
     def pose_at(self, stamp_ns: int) -> Pose | None:
@@ -199,3 +199,8 @@ def newest_within(newest_first: Iterable[FrameBlock], max_tokens: int) -> list[F
 def recent_within(blocks: list[FrameBlock], max_tokens: int) -> list[FrameBlock]:
     """The longest suffix of ``blocks`` (time order) whose encoded tokens fit in ``max_tokens``."""
     return newest_within(reversed(blocks), max_tokens)
+
+
+def present_in(blocks: Sequence[FrameBlock], n_layers: int) -> list[list[FrameBlock]]:
+    """Per layer, the blocks that keep tokens in that layer (order kept)."""
+    return [[b for b in blocks if b.layers[layer] is not None] for layer in range(n_layers)]

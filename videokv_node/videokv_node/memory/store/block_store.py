@@ -264,7 +264,7 @@ class BlockStore:
         self.index.set_rep(block, rep)
 
     def extend_span(self, block: FrameBlock, end_ns: int, merged: int, end_pose=None) -> None:
-        """A held block's still span now ends at ``end_ns`` with ``merged`` frames (memory/redundancy.py),
+        """A held block's still span now ends at ``end_ns`` with ``merged`` frames (memory/frames/still.py),
         in the block and its index slot."""
         block.span_end_ns, block.frames_merged, block.span_end_pose = end_ns, merged, end_pose
         self._index_span(block)

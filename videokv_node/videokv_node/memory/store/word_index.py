@@ -1,7 +1,7 @@
 """The blocks held, by the words their frames' tokens spell out (``FrameBlock.words``; issue 34).
 
 Kept by ``BlockStore`` as blocks enter and leave, so a question finds the blocks whose words it names
-(``memory/words.py`` ``names``) by reading each distinct word once, not each block: its cost grows with
+(``memory/store/words.py`` ``names``) by reading each distinct word once, not each block: its cost grows with
 the words in memory (at most the model's vocabulary of them, 589 nouns for videokv-tiny v5), not with
 the frames. A block's words never change while it is held (set before it is stored).
 """
@@ -9,7 +9,7 @@ the frames. A block's words never change while it is held (set before it is stor
 from __future__ import annotations
 
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.memory.words import names
+from videokv_node.memory.store.words import names
 
 
 class WordIndex:

@@ -1,6 +1,6 @@
 """The engine's state out and in, the ``state_dict`` way: what a restart must get back.
 
-A mixin of ``VideoMemoryEngine``, with the tables of frame poses and words it keeps. The engine's state is its
+``EngineState`` is the engine's collaborator for it. The engine's state is its
 counters, the poses and words of frames no block cites yet, the block store's state (``BlockStore.state_dict``: every block and its
 K/V) and the policy's (``MemoryPolicy.state_dict``). What the engine derives from the
 config and the model (the prompt sink, the policy's guidance) is rebuilt, never saved;
@@ -13,65 +13,28 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 
-from videokv_node.memory.state import PolicyStateError, dtype_name, reason
+from videokv_node.memory.context.model_runner import ModelRunner
+from videokv_node.memory.frames.caps import offload_victim
+from videokv_node.memory.frames.ingest_pipeline import IngestPipeline
+from videokv_node.memory.policies.base import MemoryPolicy
+from videokv_node.memory.questions.question_reader import QuestionReader
+from videokv_node.memory.records.state import PolicyStateError, dtype_name, reason
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.pose import Pose
+from videokv_node.memory.store.block_store import BlockStore
+from videokv_node.memory.store.frame_tables import FrameTables
 
 
-class EngineStateMixin:
-    """``identity``, ``state_dict``, ``load_state_dict`` and the frame tables for ``VideoMemoryEngine``
-    (the engine's thread).
+class EngineState:
+    """``identity``, ``state_dict`` and ``load_state_dict`` of an engine's memory (the engine's thread).
 
-    The frame tables, by (camera, stamp): ``_frame_poses`` (from ``Frame.pose`` at ingest) and ``_frame_words``
-    (``VideoLLMAdapter.frame_words`` of the encoded frame). Read when a block is made or stored (a policy may
-    build a block from frames received earlier: StreamKV's segments, MuKV's), pruned after evictions to the
-    frames still in memory or waiting (``_prune_frame_tables``). Blocks keep their own copy (``FrameBlock.poses``,
-    ``words``): the evidence, ``~/locate`` and snapshots read that."""
+    It reads and replaces the store, the policy's state, the runner's block ids, the pipeline's counters and the
+    frame tables (``store/frame_tables.py``); after a load it clears the reader's record of the last question and
+    calls ``refresh_stats``. Derived things (the sink, the policy's guidance) are never saved."""
 
-    @property
-    def next_block_id(self) -> int:
-        """The id the next block will get (ids only increase, across restarts too)."""
-        return self._next_block_id
-
-    @property
-    def frames_ingested(self) -> int:
-        return self._ingested
-
-    def pending_poses(self) -> dict[tuple[str, int], Pose]:
-        """Poses of frames received but cited by no block yet (an open segment, MuKV's partial one);
-        the state keeps them."""
-        cited = {(b.camera, s) for b in self.store.blocks() for s in b.stamps_ns}
-        return {k: p for k, p in self._frame_poses.items() if k not in cited}
-
-    def pending_words(self) -> dict[tuple[str, int], tuple[str, ...]]:
-        """Words of frames received but cited by no block yet (as ``pending_poses``); the state keeps them."""
-        cited = {(b.camera, s) for b in self.store.blocks() for s in b.stamps_ns}
-        return {k: w for k, w in self._frame_words.items() if k not in cited}
-
-    def words_of(self, block: FrameBlock) -> tuple[str, ...]:
-        """The words of the frames ``block`` stands for (``FrameBlock.words``): each once, in stamp order."""
-        return tuple(dict.fromkeys(w for s in block.stamps_ns for w in self._frame_words.get((block.camera, s), ())))
-
-    def _prune_frame_tables(self) -> None:
-        """Forget the poses and words of frames neither pending nor cited by a block in memory (evicted ones).
-
-        A received frame is pending, cited by a block or newer than every block's frames (waiting
-        in a policy's state), and only leaves memory by an eviction (counted), so the table is
-        scanned only after evictions: O(blocks) then, O(1) otherwise.
-        """
-        if not (self._frame_poses or self._frame_words) or self.store.evicted_blocks == self._tables_pruned_at:
-            return
-        self._tables_pruned_at = self.store.evicted_blocks
-        live = {(u.camera, s) for u in self.policy.pending_units() for s in (u.stamps_ns or (u.stamp_ns,))}
-        newest: dict[str, int] = {}  # per camera, the newest stamp a block cites
-        with self._lock:
-            for b in self.store.blocks():
-                live.update((b.camera, s) for s in b.stamps_ns)
-                newest[b.camera] = max(newest.get(b.camera, -1), *b.stamps_ns)
-        # Frames newer than any block's may wait in a policy's own state (MuKV's partial segment
-        # when it keeps no frame blocks) without being pending units: kept.
-        self._frame_poses = {(c, s): p for (c, s), p in self._frame_poses.items() if (c, s) in live or s > newest.get(c, -1)}
-        self._frame_words = {(c, s): w for (c, s), w in self._frame_words.items() if (c, s) in live or s > newest.get(c, -1)}
+    def __init__(self, runner: ModelRunner, store: BlockStore, policy: MemoryPolicy, tables: FrameTables,
+                 pipeline: IngestPipeline, reader: QuestionReader, refresh_stats: Callable[[], None]) -> None:
+        self.runner, self.adapter, self.store, self.policy = runner, runner.adapter, store, policy
+        self.tables, self.pipeline, self.reader, self.refresh_stats = tables, pipeline, reader, refresh_stats
 
     def identity(self) -> dict:
         """What a saved state must match to be loaded here: the model (name, fingerprint, tokens per
@@ -102,13 +65,13 @@ class EngineStateMixin:
         the memory config as a dict (for people; ``load_state_dict`` ignores it)}``.
         """
         return {
-            "next_block_id": self._next_block_id,
-            "frames_ingested": self._ingested,
-            "pending_poses": self.pending_poses(),
-            "pending_words": self.pending_words(),
+            "next_block_id": self.runner.next_block_id,
+            "frames_ingested": self.pipeline.ingested,
+            "pending_poses": self.tables.pending_poses(self.store),
+            "pending_words": self.tables.pending_words(self.store),
             "store": self.store.state_dict(kv_for),
             "policy": self.policy.state_dict(),
-            "config": dataclasses.asdict(self.config),
+            "config": dataclasses.asdict(self.pipeline.settings.memory),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -149,28 +112,21 @@ class EngineStateMixin:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise PolicyStateError(f"the {self.policy.name} policy's state does not fit: {reason(exc)}") from exc
         try:
-            with self._lock:
-                self.store.load_state_dict({**store_state, "blocks": blocks}, self.policy.offload_victim)
-                self._next_block_id, self._ingested = next_block_id, frames_ingested
+            with self.pipeline.lock:
+                self.store.load_state_dict({**store_state, "blocks": blocks}, offload_victim)
+                self.runner.next_block_id, self.pipeline.ingested = next_block_id, frames_ingested
                 self.policy.after_restore(self.store)
-                self._enforce_caps()
-            self._frame_poses = pending_poses
-            self._frame_poses.update(((b.camera, s), p) for b in blocks for s, p in zip(b.stamps_ns, b.poses) if p is not None)
-            # A one-frame block's words are its frame's (a policy may build a summary of frames stored already).
-            self._frame_words = {(b.camera, b.stamp_ns): b.words for b in blocks if b.words and len(b.stamps_ns) == 1}
-            self._frame_words.update(pending_words)
-            self._tables_pruned_at = -1  # the restore may have evicted: scan once
-            self._prune_frame_tables()
+                self.pipeline.enforce_caps_locked()
+            self.tables.restore(blocks, pending_poses, pending_words)
+            self.pipeline.prune_tables()
         except BaseException:
-            with self._lock:
+            with self.pipeline.lock:
                 self.store.clear()
                 self.policy.reset()
-            self._frame_poses, self._frame_words = {}, {}
+            self.tables.clear()
             raise
         finally:
-            if self.resident is not None:
-                self.resident.clear()
-                self._place_resident()
-            self._ingest_ms.clear()
-            self.last_layer_blocks, self.last_layer_token_share, self._context_len, self.last_logits = [], [], 0, None
-            self._stats = self._snapshot()
+            self.runner.resident_restart()
+            self.pipeline.ingest_ms.clear()
+            self.reader.clear_last()
+            self.refresh_stats()

@@ -35,37 +35,18 @@ one-block-per-frame retrieval and RoPE layout every policy relies on.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from videokv_node.config_base import ConfigError, param
+from videokv_node.memory.records.still_config import RedundancyConfig
 
-if TYPE_CHECKING:  # memory/config.py imports this module: it stays free of torch at import
+if TYPE_CHECKING:
     from videokv_node.memory.store.block import FrameBlock
     from videokv_node.memory.question import Frame
     from videokv_node.pose import Pose
-
-
-@dataclass(slots=True)
-class RedundancyConfig:
-    """Still-frame merging at ingest (``memory.redundancy.*``; ours, issue 36)."""
-
-    enabled: bool = param(True, "still frames: a frame whose grey thumbnail matches its camera's last stored frame is not encoded; that frame's block spans it instead (ours, issue 36; off: one block per frame as before)")
-    max_cell_diff: float = param(4.0, "still frames: the largest change of any thumbnail cell (area mean of grey, 0-255) a still frame may show against the stored frame")
-    max_mean_diff: float = param(1.0, "still frames: the largest mean absolute change over the thumbnail's cells (grey levels) a still frame may show")
-    grid: int = param(32, "still frames: thumbnail cells along each side (fewer where the frame has fewer pixels); larger cells average more noise away but dilute a small thing")
-
-    def __post_init__(self) -> None:
-        for name in ("max_cell_diff", "max_mean_diff"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0.0 <= value <= 255.0):
-                raise ConfigError(f"memory.redundancy.{name} must be in [0, 255] grey levels, got {value!r}")
-        if self.grid < 1:
-            raise ConfigError(f"memory.redundancy.grid must be >= 1, got {self.grid}")
 
 
 def thumbnail(rgb, grid: int) -> np.ndarray | str:
@@ -164,40 +145,3 @@ class StillFilter:
 def span_of(stored: _Stored) -> tuple[int, int, Pose | None]:
     """(last stamp, frames merged, pose at the last stamp) of a stored frame's span."""
     return stored.span_end_ns, stored.merged, stored.end_pose
-
-
-class StillIngestMixin:
-    """The engine's side of still frames (``VideoMemoryEngine``; its thread only): ``self.still`` is a
-    ``StillFilter`` or None (``memory.redundancy.enabled`` off: every frame is encoded, as before)."""
-
-    still: StillFilter | None
-
-    def _merge_still(self, frames: list[Frame]) -> list[Frame]:
-        """The frames to encode; the still ones extend their stored frame's blocks now, each counted as
-        ingested with its (tiny) cost in the ingest latencies. Off: ``frames`` itself."""
-        if self.still is None or not frames:
-            return frames
-        t0 = time.perf_counter()
-        kept, grown = self.still.split(frames, self.store.__contains__)
-        self._extend_spans(grown)
-        merged = len(frames) - len(kept)
-        if merged:
-            ms = (time.perf_counter() - t0) * 1e3 / len(frames)  # the test's cost per frame, kept ones included
-            for _ in range(merged):
-                self._ingest_ms.add(ms)
-            self._ingested += merged
-            if not kept:
-                self._stats = self._snapshot()
-        return kept
-
-    def _note_still(self, blocks: list[FrameBlock]) -> None:
-        """New blocks join their stored frame's span (a StreamKV segment closes after frames merged into it)."""
-        if self.still is not None:
-            self._extend_spans(self.still.made(blocks))
-
-    def _extend_spans(self, stored_frames: list[_Stored]) -> None:
-        with self._lock:
-            for stored in stored_frames:
-                for block in stored.blocks:
-                    if block in self.store:
-                        self.store.extend_span(block, *span_of(stored))

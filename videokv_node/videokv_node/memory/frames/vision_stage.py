@@ -4,7 +4,7 @@ Why apart (issue 33, docs/bench/load.md): one frame costs the vision encoder (ab
 videokv-tiny's EfficientNet on a CPU core) and then the decoder's prefill (about 200 ms), one after
 the other on the node's model worker; on a machine with cores to spare the two can overlap. On the
 project's 2 cores, busy with eight camera drivers, it gained 0-5%, so the node's ``vision.own_thread``
-is off by default. ``VideoMemoryEngine.prepare`` makes a ``PreparedFrames`` on the engine's thread
+is off by default. ``VideoMemoryEngine.prepare`` (the still-frame test, then ``start_vision``) makes a ``PreparedFrames`` on the engine's thread
 (the still-frame test reads and extends the memory, so it stays there) and hands the vision
 encoder's work to ``vision`` if one is given (``vision_thread()``'s ``submit``): the model worker
 prepares the next queued frames, then runs the decoder over the batch before them while the vision
@@ -35,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from videokv_node.memory.clock import elapsed_s
+from videokv_node.memory.records.clock import elapsed_s
 from videokv_node.memory.question import Frame
 from videokv_node.models.adapter import VideoLLMAdapter
 
@@ -67,18 +67,12 @@ def run_now(work: Callable[[], VisionResult]) -> Future:
     return future
 
 
-class VisionStageMixin:
-    """The engine's ``prepare`` (``VideoMemoryEngine``; its thread only)."""
-
-    adapter: VideoLLMAdapter
-
-    def prepare(self, frames: list[Frame], vision: Callable[[Callable], Future] | None = None) -> PreparedFrames:
-        """Ingest's first stage: still frames merged (``memory.redundancy``: they extend stored frames' spans
-        now), the vision encoder over the rest run now, or submitted through ``vision`` (``vision_thread().submit``)."""
-        frames = self._merge_still(frames)  # StillIngestMixin's
-        if not frames:
-            return PreparedFrames([], run_now(lambda: (None, 0.0)))
-        return PreparedFrames(frames, (vision or run_now)(partial(encode_vision, self.adapter, frames)))
+def start_vision(adapter: VideoLLMAdapter, frames: list[Frame], vision: Callable[[Callable], Future] | None = None) -> PreparedFrames:
+    """The vision encoder over ``frames`` (still ones already merged) run now, or submitted through ``vision``
+    (``vision_thread().submit``): ingest's first stage once the still-frame test has run."""
+    if not frames:
+        return PreparedFrames([], run_now(lambda: (None, 0.0)))
+    return PreparedFrames(frames, (vision or run_now)(partial(encode_vision, adapter, frames)))
 
 
 def vision_thread() -> ThreadPoolExecutor:

@@ -111,7 +111,7 @@ _MUKV = {
     "mukv.over_retrieval": 2,
 }
 # TGV-KV (seed 004), a question stage any policy may use: the headline 5% retention; and every seed encodes
-# every sampled frame (still frames merged at ingest are ours, issue 36: memory/redundancy.py).
+# every sampled frame (still frames merged at ingest are ours, issue 36: memory/frames/still.py).
 _TGVKV = {"tgvkv.keep_ratio": 0.05, "redundancy.enabled": False}
 
 PAPER = MappingProxyType({

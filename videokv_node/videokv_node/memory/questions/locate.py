@@ -8,7 +8,7 @@ Two rankings, chosen by the policy (``MemoryPolicy.locate_scores``):
   all frames needs one number per frame, and the mean over layers keeps the unit of
   ReKV's score (a scaled query-key dot product, the attention logit) and weighs every
   layer alike. The query is the text's pre-RoPE queries read right after the prompt
-  sink (``VideoMemoryEngine.probe``): a short prefill of the query's tokens only.
+  sink (``ModelRunner.probe``, memory/context/model_runner.py): a short prefill of the query's tokens only.
   Departure from ReKV, where each layer's query comes from the question's prefill over
   the retrieved context: that would make the scores of layer l depend on what layers
   < l retrieved, and so not comparable across all frames; here all frames are scored
@@ -20,7 +20,7 @@ Two rankings, chosen by the policy (``MemoryPolicy.locate_scores``):
   (docs/POLICIES.md); on 30-frame streams locate found them no better (docs/BENCHMARKS.md,
   grounding).
 - **attention** (every other policy): one prefill of the query, as an open question,
-  over the context the policy assembles for a question (``engine._prefill``); each
+  over the context the policy assembles for a question (``QuestionReader.prefill``); each
   frame's score is the attention mass its tokens receive, averaged over the query's
   tokens and the query heads in each layer, then over the layers (a frame absent from
   a layer counts 0 there). Scores lie in [0, 1]; the rest of the mass goes to the
@@ -46,14 +46,14 @@ frames share, so on videokv-tiny's needle frames they rank the same frames first
 (docs/BENCHMARKS.md, grounding); the model's own reading of one frame, asked to describe it,
 gives the query's words a likelihood that does depend on the frame (generative retrieval by
 query likelihood). Cost: the prompt and query tokens read over a context of one frame per shortlisted
-moment, no decoding; moments whose blocks have one size are read ``REREAD_BATCH`` to a forward (each row
+moment, no decoding; moments whose blocks have one size are read ``REREAD_BATCH`` to a forward (``memory/context/model_runner.py``) (each row
 over its own block's cache, as if alone); it grows with N, not with the memory. The
 shortlist still comes from the first ranking, so a frame it ranks below N is never re-scored, unless its
 words name the query's thing (below).
 
 **Words** (not in any seed; issue 34): a model that writes words into a frame's tokens (videokv-tiny v5's
 nouns, ``VideoLLMAdapter.frame_words``) has them kept with the frame's block (``FrameBlock.words``). With
-re-ranking on, the blocks whose words name the query's subject (``memory/words.py``: a word as whole
+re-ranking on, the blocks whose words name the query's subject (``memory/store/words.py``: a word as whole
 words of the subject, singular or plural, or a common synonym) join the shortlist, at most max(N, top_k),
 one sighting at a time, the frame's most certain word first, then the newest (``words_shortlist``); the method is then
 ``<first>+words+likelihood``. Why: on real things ReKV's mean key shortlisted the same frames for every
@@ -64,21 +64,25 @@ by itself. Without re-ranking words are not read (a first ranking's scores and t
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import DynamicCache
 
-from videokv_node.memory.context.retrieval_cache import place_layer
-from videokv_node.memory.policies.base import present_in
+from videokv_node.memory.policies.base import MemoryPolicy, PolicyHost
+from videokv_node.memory.question import Question, RequestError
+from videokv_node.memory.questions.attention_mass import AttentionMass
+from videokv_node.memory.questions.question_reader import QuestionReader
+from videokv_node.memory.records.engine_settings import EngineSettings
+from videokv_node.memory.records.clock import elapsed_s
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.models.attention import attention_probs
+from videokv_node.memory.store.block_store import BlockStore
+from videokv_node.memory.store.words import subject_of, words_shortlist
 from videokv_node.pose import Pose
 
 METHODS = ("retrieval", "attention")  # the first ranking; "<method>+likelihood" when re-ranked
-REREAD_BATCH = 8  # blocks re-read in one forward: bounds the logits held at once (8 x tokens x vocab)
+ReadAlone = Callable[[list[FrameBlock], str], list[float]]  # PolicyHost.read_alone
 
 
 @dataclass(slots=True)
@@ -104,26 +108,6 @@ class LocateResult:
     moments: list[Moment]  # best first, at most top_k
     method: str  # one of METHODS
     latency_s: float  # request start -> ranking done
-
-
-class AttentionMass:
-    """An attention observer: per layer, the mass each context key gets from the query's tokens,
-    averaged over those tokens and the query heads ((K_ctx,) float32 on the host)."""
-
-    def __init__(self) -> None:
-        self.per_layer: dict[int, torch.Tensor] = {}
-
-    def __call__(self, layer: int, query: torch.Tensor, key: torch.Tensor, scale: float) -> None:
-        probs = attention_probs(query, key, scale)  # (H_q, q, K): the q query tokens come last in K
-        n_ctx = key.shape[2] - query.shape[2]
-        self.per_layer[layer] = probs[:, :, :n_ctx].mean(dim=(0, 1)).cpu()
-
-    # The engine's question-stage protocol (``_prefill`` calls observer() and evict()).
-    def observer(self, sink_len: int, n_question: int) -> "AttentionMass":
-        return self
-
-    def evict(self, cache) -> None:
-        """Nothing is evicted: the prefill's cache is dropped right after."""
 
 
 def block_masses(mass: AttentionMass, layer_blocks: Sequence[Sequence[int]], blocks: dict[int, FrameBlock],
@@ -171,70 +155,6 @@ def rank_moments(blocks: Sequence[FrameBlock], scores: Sequence[float], top_k: i
     return ranked[:top_k]
 
 
-# A planner's question about where or when something was seen, and the request words around a thing:
-# what the re-ranking strips to score the thing itself as a frame's description (``subject_of``).
-_ASKING = re.compile(
-    r"^(?:(?:can|could|would) you\s+)?(?:please\s+)?"
-    r"(?:(?:where|when)\s+(?:did|have|had|do)\s+(?:you|we|i)\s+(?:last\s+|first\s+|ever\s+)?(?:see|seen|saw|spot|spotted|notice|noticed|find|found|observe|observed)"
-    r"|(?:where|when)\s+(?:was|were|is|are)(?=\s)"
-    r"|(?:did|have|had)\s+(?:you|we|i)\s+(?:ever\s+)?(?:see|seen|saw|spot|spotted|notice|noticed)"
-    r"|(?:find|locate|show\s+me|look\s+for|search\s+for)(?=\s))\s+",
-    re.IGNORECASE,
-)
-_TRAILING = re.compile(r"(?:\s+(?:last|lately|recently|before|earlier|today|please))*\s*[?.!]*\s*$", re.IGNORECASE)
-
-
-def subject_of(text: str) -> str:
-    """The thing a locate query asks for, as a frame's description would name it: "Where did you last see
-    the red toolbox?" -> "the red toolbox"; "find a person" -> "a person". A query that is not a where/when/
-    have-you-seen/find request, or that would be left empty, is returned stripped and otherwise as given
-    ("What colour is the shape?", "the blue circle"). Why: the re-ranking scores the query as the model's
-    description of a frame, and a frame is described by what it shows, not by the question asked of it."""
-    text = text.strip()
-    asked = _ASKING.match(text)
-    if asked is None:
-        return text
-    thing = _TRAILING.sub("", text[asked.end():])
-    return thing if thing else text
-
-
-@torch.inference_mode()
-def likelihood_scores(adapter, store, sink, policy, blocks: Sequence[FrameBlock], prompt: str, text: str) -> list[float]:
-    """Per block, the mean log-probability per token (natural log) of the query ``text``'s subject
-    (``subject_of``) as the answer to the open question ``prompt`` asked over the prompt sink and that
-    block alone (its kept tokens in each layer, placed by ``policy.layout`` as for a question). Blocks
-    that keep the same tokens per layer and are placed alike are read together, ``REREAD_BATCH`` at a
-    time: one decoder forward of the prompt and the subject's tokens per batch, each row over its own
-    block's cache (the rows share positions and mask, so each equals a forward of its block alone);
-    the cache is dropped after it. Memory is not changed."""
-    cont = adapter.text_ids(subject_of(text))
-    feed = adapter.question_ids(prompt, []) + cont[:-1]  # the last token's successor is never needed
-    embeds = adapter.embed_tokens(feed)
-    n_layers = adapter.geometry.n_layers
-    plans, groups = [], {}
-    for i, block in enumerate(blocks):
-        per_layer = present_in([block], n_layers)
-        targets, next_pos = policy.layout(sink.n_tokens, per_layer)
-        plans.append((per_layer, targets))
-        shape = tuple(block.layer_tokens(l) if per_layer[l] else 0 for l in range(n_layers))
-        groups.setdefault((shape, next_pos), []).append(i)
-    out = [0.0] * len(blocks)
-    picked = torch.tensor(cont, device=embeds.device)[:, None]  # the subject's tokens, where the logits are
-    for (_, next_pos), members in groups.items():
-        for at in range(0, len(members), REREAD_BATCH):
-            rows = members[at:at + REREAD_BATCH]
-            layers = []
-            for l in range(n_layers):
-                kv = [place_layer(adapter, store, sink, plans[i][0][l], plans[i][1][l], l) for i in rows]
-                layers.append((torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv])))
-            logits = adapter.forward(embeds.expand(len(rows), -1, -1), adapter.text_positions(next_pos, len(feed)),
-                                     DynamicCache(ddp_cache_data=layers), n_logits=len(cont))
-            logits = logits.reshape(len(rows), len(cont), -1)
-            for row, i in enumerate(rows):  # one row at a time in float64: (n, vocab) each
-                out[i] = float(torch.log_softmax(logits[row].double(), dim=-1).gather(1, picked).mean())
-    return out
-
-
 def with_named(moments: list[Moment], sources: dict[tuple[int, str], FrameBlock], named: Sequence[FrameBlock]) -> list[Moment]:
     """The moments of ``named`` (blocks whose words name the query's thing, in that order) that ``moments`` lacks,
     then ``moments``: the re-ranking's shortlist. ``sources`` gets each added moment's block (a moment of both
@@ -259,3 +179,42 @@ def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], F
     rescored = [Moment(m.stamp_ns, m.camera, by_id[sources[(m.stamp_ns, m.camera)].block_id], m.pose, m.last_stamp_ns) for m in moments]
     return sorted(rescored, key=lambda m: -m.score)[:top_k]  # a stable sort: ties keep the order given
 
+
+class Locator:
+    """``~/locate`` over the engine's memory (its thread only): the ranking above, then the re-reading.
+    Reads memory, never changes it; refuses (RequestError) what a question would refuse."""
+
+    def __init__(self, reader: QuestionReader, policy: MemoryPolicy, host: PolicyHost, store: BlockStore,
+                 settings: EngineSettings) -> None:
+        self.reader, self.policy, self.host, self.store, self.settings = reader, policy, host, store, settings
+
+    @torch.inference_mode()
+    def locate(self, query: LocateQuery, read_alone: ReadAlone) -> LocateResult:
+        """The ``query.top_k`` moments most relevant to ``query.text``, no text generated: the policy's retrieval
+        scores, else one question prefill's attention mass; then (``answer.locate_rerank`` > 0) the best, and the
+        blocks whose words name the query's thing, re-ranked by ``read_alone`` (the query's likelihood about each
+        alone). Refuses (RequestError, nothing changed) an empty query, top_k < 1, a bad window, too long a query,
+        or no frames to rank."""
+        t0, answer = time.perf_counter(), self.settings.generation.answer
+        if query.top_k < 1:
+            raise RequestError(f"top_k must be at least 1, got {query.top_k}")
+        question = Question(query.text, cameras=list(query.cameras), since_ns=query.since_ns, until_ns=query.until_ns)
+        ids = self.reader.validate(question)  # empty text, window and length checks, as for a question
+        candidates = self.reader.candidates(question)
+        scores = self.policy.locate_scores(self.host, candidates, query.text)
+        if scores is not None:
+            blocks, values, method = candidates, scores.tolist(), "retrieval"
+        else:
+            _, _, chosen, _ = self.reader.prefill(question, ids, 1, mass := AttentionMass())
+            per_block = block_masses(mass, self.reader.last_layer_blocks, chosen, self.host.sink.n_tokens)
+            blocks, values, method = [chosen[bid] for bid in per_block], list(per_block.values()), "attention"
+        shortlist = max(query.top_k, answer.locate_rerank)
+        moments = rank_moments(blocks, values, shortlist, sources := {})
+        if answer.locate_rerank:  # each shortlisted moment's block read alone
+            subject = subject_of(query.text)
+            ids = self.store.words.named(subject) if answer.locate_words else {}  # the store's word index
+            if ids and (named := words_shortlist([b for b in candidates if b.block_id in ids], subject, shortlist)):
+                moments, method = with_named(moments, sources, named), method + "+words"  # blocks whose words name the thing
+            moments = rerank_by_likelihood(moments, sources, lambda bs: read_alone(bs, query.text), query.top_k)
+            method += "+likelihood"
+        return LocateResult(moments, method, elapsed_s(t0, self.reader.adapter.device))

@@ -3,7 +3,7 @@
 A model may write words into a frame's block (videokv-tiny v5: the encoder's classifier's nouns, from a
 table of 589 plain nouns, ``models/weights/videokv-tiny/nouns.tsv``); the memory keeps them with the block
 (``FrameBlock.words``). ``words_shortlist`` finds the blocks whose words a query names, for
-``memory/locate.py``'s likelihood re-ranking to read (and ``rekv``'s questions), one sighting at a time
+``memory/questions/locate.py``'s likelihood re-ranking to read (and ``rekv``'s questions), one sighting at a time
 (``sightings``: a thing out of view for more than ``SIGHTING_GAP_S`` is seen again), so that frames of one
 moment do not crowd out another moment.
 
@@ -123,3 +123,30 @@ def words_shortlist(blocks: Sequence["FrameBlock"], subject: str, limit: int) ->
     for depth in range(max(map(len, groups), default=0)):
         out += [g[depth] for g in groups if depth < len(g)]
     return out[:limit]
+
+
+# A planner's question about where or when something was seen, and the request words around a thing:
+# what the re-ranking strips to score the thing itself as a frame's description (``subject_of``).
+_ASKING = re.compile(
+    r"^(?:(?:can|could|would) you\s+)?(?:please\s+)?"
+    r"(?:(?:where|when)\s+(?:did|have|had|do)\s+(?:you|we|i)\s+(?:last\s+|first\s+|ever\s+)?(?:see|seen|saw|spot|spotted|notice|noticed|find|found|observe|observed)"
+    r"|(?:where|when)\s+(?:was|were|is|are)(?=\s)"
+    r"|(?:did|have|had)\s+(?:you|we|i)\s+(?:ever\s+)?(?:see|seen|saw|spot|spotted|notice|noticed)"
+    r"|(?:find|locate|show\s+me|look\s+for|search\s+for)(?=\s))\s+",
+    re.IGNORECASE,
+)
+_TRAILING = re.compile(r"(?:\s+(?:last|lately|recently|before|earlier|today|please))*\s*[?.!]*\s*$", re.IGNORECASE)
+
+
+def subject_of(text: str) -> str:
+    """The thing a locate query asks for, as a frame's description would name it: "Where did you last see
+    the red toolbox?" -> "the red toolbox"; "find a person" -> "a person". A query that is not a where/when/
+    have-you-seen/find request, or that would be left empty, is returned stripped and otherwise as given
+    ("What colour is the shape?", "the blue circle"). Why: the re-ranking scores the query as the model's
+    description of a frame, and a frame is described by what it shows, not by the question asked of it."""
+    text = text.strip()
+    asked = _ASKING.match(text)
+    if asked is None:
+        return text
+    thing = _TRAILING.sub("", text[asked.end():])
+    return thing if thing else text
