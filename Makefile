@@ -155,7 +155,7 @@ bench-snapshots: build
 	. ./env.sh && python -m bench.snapshots
 
 bench-options: build
-	. ./env.sh && python -m videokv_node.tinyvlm.option_wording --write
+	. ./env.sh && python -m bench.option_wording
 
 LOAD_SECONDS ?= 180
 LOAD_ARGS ?= --label after

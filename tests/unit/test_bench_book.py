@@ -31,7 +31,7 @@ SPANS = [
     (spava_prefill.DOC, spava_prefill.BEGIN, spava_prefill.END),
     (tiny_report.DOC, tiny_report.BEGIN, tiny_report.END),
     (tiny_report.DOC, tiny_report.GEN_BEGIN, tiny_report.GEN_END),
-    (str(option_wording.DOC.relative_to(REPO)), option_wording.BEGIN, option_wording.END),
+    (option_wording.DOC, option_wording.BEGIN, option_wording.END),
     *((hour_report.DOC, *hour_report.span_markers(span)) for span in hour_report.SPANS),
     (hour_report.DOC, *hour_ros.MARKERS),
     (still.DOC, *still.MARKERS),

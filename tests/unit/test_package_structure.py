@@ -277,6 +277,13 @@ def test_library_never_imports_ros(module):
     assert not outside & set(ROS_ONLY), f"{module} imports {sorted(outside & set(ROS_ONLY))}"
 
 
+def test_the_installed_package_imports_nothing_of_the_repository():
+    """bench/, tests/ and scripts/ are the repository's, not installed: a module of the package importing them
+    (even lazily, inside a function) breaks where only the package is installed (issue 45: tinyvlm's writers)."""
+    offenders = {m: sorted(imports_of(m)[1] & {"bench", "tests", "scripts"}) for m in MODULES}
+    assert not {m: o for m, o in offenders.items() if o}
+
+
 def test_models_holds_adapters_only():
     """Training data, training and the self-trained model's evaluation live in tinyvlm/, not models/."""
     offenders = [m for m in MODULES if m.startswith("videokv_node.models.")

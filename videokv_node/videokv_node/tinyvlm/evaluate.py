@@ -22,9 +22,9 @@ from videokv_node.tinyvlm.report import BEGIN, DOC, END, GEN_BEGIN, GEN_END, gen
 from videokv_node.tinyvlm.scenes import CHANCE
 
 
-def main(argv: list[str] | None = None) -> None:
-    import json
-    import sys
+def parser() -> argparse.ArgumentParser:
+    """The evaluation's arguments (``bench.tinyvlm_eval`` adds ``--write``: the installed package writes no
+    repository documents)."""
     from pathlib import Path
 
     from videokv_node.models.videokv_tiny import WEIGHTS_DIR
@@ -42,29 +42,48 @@ def main(argv: list[str] | None = None) -> None:
                    help="another model's --results file (the previous model, or a candidate), its generalisation figures "
                         "shown next to these")
     p.add_argument("--from-results", type=Path, default=None,
-                   help="evaluate nothing: render this earlier --results file (with --write, its parts into the document)")
-    p.add_argument("--write", action="store_true", help=f"write the results of the parts run into {DOC}")
-    args = p.parse_args(argv)
+                   help="evaluate nothing: render this earlier --results file")
+    return p
+
+
+def run(args, command: str) -> tuple[dict, set[str]]:
+    """(results, the parts they hold): evaluated, or read from ``--from-results``."""
+    import json
+
     parts = set(args.parts.split(","))
     if not parts or parts - {"columns", "generalisation"}:
         raise SystemExit(f"--parts: columns and/or generalisation, got {args.parts!r}")
-    command = "python -m videokv_node.tinyvlm.evaluate " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_results is not None:
         results = json.loads(args.from_results.read_text())
         parts = {p for p in ("columns", "generalisation") if (p == "columns" and "frame" in results) or p in results}
-        command = results.get("command", command)
-    else:
-        results = evaluate(args, parts, command)
-    if args.write:
-        from bench.report import update_document
+        results.setdefault("command", command)
+        return results, parts
+    return evaluate(args, parts, command), parts
 
-        doc = Path(__file__).resolve().parents[3] / DOC
-        if "columns" in parts:
-            update_document(doc, report(results["frame"], results["streams"], results["counts"], command.strip(),
-                                        results["real"]), BEGIN, END)
-        if "generalisation" in parts:
-            other = json.loads(args.compare.read_text()) if args.compare is not None else None
-            update_document(doc, generalisation_report(results, other, command.strip()), GEN_BEGIN, GEN_END)
+
+def sections(args, results: dict, parts: set[str]) -> list[tuple[str, str, str]]:
+    """(markdown, begin marker, end marker) per part: the tables of docs/bench/tinyvlm.md."""
+    import json
+
+    command = results.get("command", "").strip()
+    out = []
+    if "columns" in parts:
+        out.append((report(results["frame"], results["streams"], results["counts"], command, results["real"]), BEGIN, END))
+    if "generalisation" in parts:
+        other = json.loads(args.compare.read_text()) if args.compare is not None else None
+        out.append((generalisation_report(results, other, command), GEN_BEGIN, GEN_END))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Evaluate and print the tables (``python -m bench.tinyvlm_eval --write`` writes them into DOC)."""
+    import sys
+
+    args = parser().parse_args(argv)
+    command = "python -m videokv_node.tinyvlm.evaluate " + " ".join(sys.argv[1:] if argv is None else argv)
+    results, parts = run(args, command)
+    for text, _, _ in sections(args, results, parts):
+        print(text)
 
 
 def evaluate(args, parts: set[str], command: str) -> dict:
