@@ -1,7 +1,7 @@
 """The engine's ingest and TTFT at LLaVA-OneVision-0.5B and -7B geometry on a GPU (bfloat16, random weights).
 
 ``python -m bench.gpu_geometry --device cuda --out gpu-checks/geometry.md`` (run by
-``scripts/gpu_checks.sh`` where a GPU is lent; docs/BENCHMARKS.md, "On a GPU").
+``scripts/gpu_checks.sh`` where a GPU is lent; docs/TESTING.md#on-a-gpu-where-one-is-lent).
 
 Why random weights: a dense product costs the same whatever the values, and nothing may be
 downloaded; the shapes are the checkpoints' (``bench/real_size.py`` for 0.5B; Qwen2-7B's

@@ -41,8 +41,9 @@ def colour_statistics(pixels: torch.Tensor, grid: tuple[int, int]) -> torch.Tens
     free shape even on the renders they were trained on (0.30). Saturated pixels dominate the weighted
     mean, so it is the colour of what is coloured in the cell whatever the (unsaturated) backdrop; a
     linear probe on these statistics named held-out shapes' colours at 0.88 (an MLP 0.97), one on the
-    pooled maps 0.76 (docs/BENCHMARKS.md, "Reading the videokv-tiny tables"). Matrix products and
-    reductions only, so it exports to ONNX with the encoder.
+    pooled maps 0.76
+    (docs/notes/2026-11-25-issue14-videokv-tiny-v4.md#reading-the-videokv-tiny-tables-issue-14-hand-written-not-generated).
+    Matrix products and reductions only, so it exports to ONNX with the encoder.
     """
     chroma = (pixels.amax(1, keepdim=True) - pixels.amin(1, keepdim=True))  # (B, 1, H, W)
     weight = chroma * chroma

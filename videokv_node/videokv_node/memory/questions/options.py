@@ -21,7 +21,8 @@ what the memory holds. Two rules make it so (docs/POLICIES.md, "Scoring continua
    start as the model reads it. At least one token of every option is kept, so an option
    that is all shared (a duplicate, or a prefix of another) still has a score.
 
-Measured (docs/BENCHMARKS.md, "option wording"; ``tinyvlm/option_wording.py``): on videokv-tiny's
+Measured (docs/bench/options.md#videokv-tiny-multiple-choice-as-a-planner-words-it-option-wording;
+``tinyvlm/option_wording.py``): on videokv-tiny's
 answers about objects drawn by another renderer, shape was chosen right 11 of 24 times from
 ``"a circle object"``-style options and 16 of 24 from ``"A) circle"`` before these rules, 24 and 23
 of 24 after them, as from the bare words (23 of 24).
