@@ -18,7 +18,7 @@ from videokv_node.tinyvlm.engine_answers import SCORINGS, engine_accuracy, strea
 from videokv_node.tinyvlm.generalisation import choice_accuracy, disc_accuracy, generalisation_examples
 from videokv_node.tinyvlm.heldout import STREAM_KINDS, accuracy_by_kind, held_out_examples, held_out_photo_examples
 from videokv_node.tinyvlm.real_clips import real_clip_answers
-from videokv_node.tinyvlm.report import BEGIN, DOC, END, GEN_BEGIN, GEN_END, generalisation_report, report
+from videokv_node.tinyvlm.report import BEGIN, END, GEN_BEGIN, GEN_END, generalisation_report, report
 from videokv_node.tinyvlm.scenes import CHANCE
 
 
@@ -76,7 +76,7 @@ def sections(args, results: dict, parts: set[str]) -> list[tuple[str, str, str]]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Evaluate and print the tables (``python -m bench.tinyvlm_eval --write`` writes them into DOC)."""
+    """Evaluate and print the tables (``python -m bench.tinyvlm_eval --write`` writes them into docs/bench/tinyvlm.md)."""
     import sys
 
     args = parser().parse_args(argv)
