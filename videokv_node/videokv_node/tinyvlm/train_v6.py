@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import platform
+import sys
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -69,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-frames", type=int, default=8)
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--v5-share", type=float, default=0.35, help="share of the mixture from v5's recipe")
+    p.add_argument("--v5-kind-weights", default="",
+                   help="'motion=4,digit=4': v5's examples drawn by these weights of their kind (others 1), with "
+                        "replacement; '' a plain draw without replacement (v6-run1..3)")
     p.add_argument("--letter-share", type=float, default=0.3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="checkpoint and stop after this many seconds")
@@ -133,14 +137,14 @@ def build_data(args, encoder, projector, head, nouns, log=print):
                               args.letter_share, parse_weights(args.hour_kind_weights)).examples(args.hour_examples)
     asked = things.questions(1500, {s: blocks[s].tolist() for s in things.scenes()}, scenes, 0.5, 4)
     rest = v5 + asked
-    n_v5 = min(len(rest), round(args.v5_share / (1 - args.v5_share) * len(hour)))
-    pick = torch.randperm(len(rest), generator=torch.Generator().manual_seed(args.seed + 6))[:n_v5]
+    pick = v5_pick([ex.kind for ex in rest], round(args.v5_share / (1 - args.v5_share) * len(hour)),
+                   parse_weights(getattr(args, "v5_kind_weights", ""), "--v5-kind-weights"), args.seed + 6)
     mixture = hour + [rest[i] for i in pick]
     order = torch.randperm(len(mixture), generator=torch.Generator().manual_seed(args.seed + 43))
     return [mixture[i] for i in order], features, blocks
 
 
-def parse_weights(text: str) -> dict[str, float] | None:
+def parse_weights(text: str, flag: str = "--hour-kind-weights") -> dict[str, float] | None:
     """'hour colour=3,hour shape=3' -> {'hour colour': 3.0, 'hour shape': 3.0}; '' -> None."""
     if not text.strip():
         return None
@@ -148,9 +152,25 @@ def parse_weights(text: str) -> dict[str, float] | None:
     for item in text.split(","):
         kind, sep, weight = item.partition("=")
         if not sep:
-            raise ValueError(f"--hour-kind-weights: {item!r} is not kind=weight")
+            raise ValueError(f"{flag}: {item!r} is not kind=weight")
         out[kind.strip()] = float(weight)
     return out
+
+
+def v5_pick(kinds: list[str], n: int, weights: dict[str, float] | None, seed: int) -> list[int]:
+    """Indices of v5's examples in the mixture. Without weights, ``n`` distinct ones (at most all), as v6-run1..3
+    drew them; with weights, ``n`` drawn with replacement in proportion to their kind's weight (others 1), so a
+    rare kind (motion: about 3% of v5's recipe) can be seen as often as the story needs. A weight must be positive
+    and name a kind present."""
+    gen = torch.Generator().manual_seed(seed)
+    if not weights:
+        return torch.randperm(len(kinds), generator=gen)[: min(len(kinds), n)].tolist()
+    unknown = set(weights) - set(kinds)
+    if unknown or any(w <= 0 for w in weights.values()):
+        raise ValueError(f"v5 kind weights must be positive and name kinds of v5's recipe ({sorted(set(kinds))}); "
+                         f"got {weights}")
+    w = torch.tensor([weights.get(k, 1.0) for k in kinds], dtype=torch.float)
+    return torch.multinomial(w, n, replacement=True, generator=gen).tolist()
 
 
 def batches(groups: list[list[int]], batch: int, seed: int, steps: int):
@@ -207,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         step, curve = state["step"], state["curve"]
         trainer._gen.set_state(state["gap_generator"])
         print(f"resumed at step {step}", flush=True)
-    meta = {"command": "python -m videokv_node.tinyvlm.train_v6 " + " ".join(argv or []), "args": {k: str(v) for k, v in vars(args).items()},
+    meta = {"command": "python -m videokv_node.tinyvlm.train_v6 " + " ".join(sys.argv[1:] if argv is None else argv), "args": {k: str(v) for k, v in vars(args).items()},
             "examples": len(examples), "kinds": dict(kinds), "frames": len(features)}
     projector.train()
     acc, t_train = [], time.monotonic()
@@ -285,7 +305,8 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
             "recipe": "tinyvlm/hour_examples.py HourExampleSampler over tinyvlm/drawn.py frames (train split), mixed with "
                       "v5's recipe at a smaller scale (train_v6.build_data)",
             "hour_examples": progress["args"]["hour_examples"], "frames": [progress["args"]["min_frames"], progress["args"]["max_frames"]],
-            "v5_share": progress["args"]["v5_share"], "letter_share": progress["args"]["letter_share"],
+            "v5_share": progress["args"]["v5_share"],
+            "v5_kind_weights": progress["args"].get("v5_kind_weights", ""), "letter_share": progress["args"]["letter_share"],
             "kinds": progress["kinds"], "examples": progress["examples"], "distinct_frames": progress["frames"],
             "split": "tinyvlm/drawn.py SPLITS: train, val (choosing runs), test (reported; the hour's footage)"}},
         "training": {
