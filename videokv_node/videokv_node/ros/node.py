@@ -38,7 +38,7 @@ from videokv_node.models.factory import load_adapter
 from videokv_node.process_settings import apply_process_settings
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
-from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
+from videokv_node.ros.camera_intake import CameraIntake, FrameRoute
 from videokv_node.runtime.health import device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
@@ -154,15 +154,16 @@ class VideoKVMixin:
         if self._parked is not None:
             self._unpark()
         s, pose = self.settings.node, self.settings.pose
+        route = FrameRoute(self, pose.worker_looks_up)  # ros/camera_intake.py: every sampled frame's way to the worker
         self.worker = ModelWorker(
             self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
             max_batch=self.settings.vision.max_batch,  # parked frames' poses are resolved before the worker
-            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if pose.worker_looks_up else None,
+            pose_lookup=route.pose_at_ingest if pose.worker_looks_up else None,
             vision_thread=self.settings.vision.own_thread)
         if pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp; before the cameras
-            self.poses = PoseIntake(self, pose, deliver=lambda frame: deliver_frame(self, frame), capacity=s.queue_size)
+            self.poses = PoseIntake(self, pose, deliver=route.deliver, capacity=s.queue_size)
             self.keep(lambda p: p.destroy(), self.poses)
-        self.keep(lambda c: c.destroy(), CameraIntake(self, s))  # ros/camera_intake.py
+        self.keep(lambda c: c.destroy(), CameraIntake(self, s, route))  # ros/camera_intake.py
         service_group = ReentrantCallbackGroup()
         self.keep(lambda srv: srv.destroy(), MemoryServices(self, service_group))  # ~/reset, ~/save_memory, ~/load_memory
         self.keep(lambda srv: srv.destroy(), LocateService(self, service_group))  # ~/locate (ros/locate_service.py)

@@ -59,6 +59,12 @@ class ViewSink(Protocol):
     def answer_markers(self, words: str, moments: list[EvidenceMark]) -> None: ...
 
 
+class StatusSink(Protocol):
+    """What the other surfaces use of the status publishers (``ros/status.py``): a frame's arrival, per camera."""
+
+    def frame_received(self, camera: str) -> None: ...
+
+
 class NodeHost(RosNode, Protocol):
     """The node as its surfaces see it: its state (None where not held, see ``VideoKVMixin``) and four steps.
 
@@ -76,7 +82,7 @@ class NodeHost(RosNode, Protocol):
     long_replay: LongReplayClient | None  # the Spava forwarding while active, if spava.enabled
     snapshotter: PeriodicSnapshotter | None  # periodic snapshots while active, if memory.snapshot_period_s > 0
     view: ViewSink | None  # the memory's markers and contact sheet while active, if markers or sheet enabled
-    status: object | None  # the status publishers, set last on activate: surfaces only test it for None
+    status: StatusSink | None  # the status publishers, set last on activate: a frame is taken once it is set
 
     def active_worker(self) -> ModelWorker:
         """The running worker; WorkerStopped for a request that raced a deactivation."""

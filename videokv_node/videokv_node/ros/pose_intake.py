@@ -11,7 +11,7 @@ after the image it belongs to (a bag replayed best effort, a busy robot), so wit
 after its stamp has arrived (interpolated between the two around it), or after ``pose_wait_s``
 on the node clock: then the nearest pose within ``pose_tolerance_s``, or none, counted by
 reason. Each pose message retries the parked frames. With ``pose_wait_s`` 0 nothing is parked:
-the model worker calls ``pose_at`` when it takes the frame for ingest (``camera_intake.frame_pose``,
+the model worker calls ``pose_at`` when it takes the frame for ingest (``camera_intake.FrameRoute.pose_at_ingest``,
 runtime/worker.py), and a frame taken before the odometry past its stamp gets the newest pose
 within ``pose_tolerance_s``, or none.
 
