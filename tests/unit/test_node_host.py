@@ -116,7 +116,6 @@ def test_the_host_declares_nothing_no_surface_uses():
 
 def test_status_is_typed_as_what_the_surfaces_call():
     """``status`` is the status publishers' ``StatusSink`` (what a camera callback calls), not ``object``."""
-    status = next(n for n in _class(HOST_TREE, "NodeHost").body
-                  if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == "status")
-    assert ast.unparse(status.annotation) == "StatusSink | None"
+    status = next(n for n in _class(HOST_TREE, "NodeHost").body if isinstance(n, ast.FunctionDef) and n.name == "status")
+    assert status.returns is not None and ast.unparse(status.returns) == "StatusSink | None"
     assert _members(_class(HOST_TREE, "StatusSink")) == {"frame_received"}
