@@ -105,3 +105,17 @@ def test_ros_part_is_rclpy_node_api():
     node = pytest.importorskip("rclpy.node", reason="ROS 2 (rclpy) is not installed").Node
     missing = sorted(m for m in ROS_NODE if not callable(getattr(node, m, None)))
     assert not missing, f"RosNode declares what rclpy's Node lacks: {missing}"
+
+
+def test_the_host_declares_nothing_no_surface_uses():
+    """``NodeHost`` is exactly what the surfaces use of the node: a member no surface reads is dropped from it."""
+    used = set().union(*(node_reads(_tree(name)) for name in SURFACES))
+    unused = NODE_HOST - used
+    assert not unused, f"NodeHost declares what no surface reads: {sorted(unused)}"
+
+
+def test_status_is_typed_as_what_the_surfaces_call():
+    """``status`` is the status publishers' ``StatusSink`` (what a camera callback calls), not ``object``."""
+    status = next(n for n in _class(HOST_TREE, "NodeHost").body if isinstance(n, ast.FunctionDef) and n.name == "status")
+    assert status.returns is not None and ast.unparse(status.returns) == "StatusSink | None"
+    assert _members(_class(HOST_TREE, "StatusSink")) == {"frame_received"}

@@ -201,7 +201,7 @@ def test_a_frame_gets_the_pose_that_arrived_while_it_waited_in_the_queue():
     engine = RecordingEngine()
     ingested: list[Frame] = []
     engine.ingest = lambda frames, between=None: (engine.started.set(), engine.gate.wait(10), ingested.extend(frames))
-    worker = ModelWorker(engine, queue_size=10, pose_lookup=history.at, heap_trim_bytes=0)  # no trim between the batches
+    worker = ModelWorker(engine, queue_size=10, pose_lookup=lambda f: history.at(f.stamp_ns), heap_trim_bytes=0)  # no trim between the batches
     try:
         worker.submit_frame(frame(0))  # before any pose: ingested at once, none to be had
         assert engine.started.wait(5)

@@ -201,7 +201,7 @@ def decode_compressed_image(fmt: str, data, max_pixels: int = DEFAULT_MAX_PIXELS
     buf = _as_bytes_array(data)
     check_compressed_image(fmt, buf)
     try:
-        with Image.open(io.BytesIO(buf), formats=("JPEG", "PNG")) as im:
+        with Image.open(io.BytesIO(buf.data), formats=("JPEG", "PNG")) as im:
             w, h = im.size
             if w * h == 0:
                 raise ImageDecodeError("zero_size", f"compressed image is {w}x{h}")

@@ -89,7 +89,8 @@ class AskSurfaces:
         except (RequestError, WorkerBusy, WorkerStopped) as exc:
             return self._refuse(response, str(exc))
         except FutureTimeout:
-            future.cancel()
+            if future is not None:
+                future.cancel()
             return self._refuse(response, timed_out)
         except Exception as exc:  # the node keeps running whatever the model raised
             node.get_logger().error(f"question failed: {exc!r}")

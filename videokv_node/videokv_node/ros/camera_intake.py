@@ -10,11 +10,18 @@ sampler in arrival order, and cameras never queue behind each other on the node'
 MultiThreadedExecutor (ros/main.py). A frame waits for its robot pose outside the worker's
 queue (``PoseIntake.park``, ros/pose_parking.py: the transform at its stamp with tf, a pose
 at or after its stamp from a pose topic, each bounded by its wait) and reaches the worker
-through ``deliver_frame``. With a pose topic and ``pose_wait_s`` 0 a frame is queued without
-its pose: the model worker looks it up when it takes the frame (``frame_pose``).
+through ``FrameRoute.deliver``, the one route of every sampled frame to the worker. With a pose
+topic and ``pose_wait_s`` 0 a frame is queued without its pose: the model worker looks it up when it
+takes the frame (``FrameRoute.pose_at_ingest``). The long-replay archive gets one copy of each
+frame, written by ``FrameRoute`` once the frame's pose is final.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data, qos_profile_system_default
@@ -23,6 +30,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from videokv_node.ingest.frame_intake import Outcome
 from videokv_node.ingest.sampler import SampleDecision
 from videokv_node.memory.question import Frame
+from videokv_node.node_settings import NodeSettings
 from videokv_node.pose import Pose
 from videokv_node.ros import conversions
 from videokv_node.ros.node_host import NodeHost
@@ -35,7 +43,7 @@ QOS = {
 }
 
 
-def camera_qos(s) -> QoSProfile:
+def camera_qos(s: NodeSettings) -> QoSProfile:
     """The cameras' QoS from the node's settings (``camera_qos``, and ``camera_qos_depth`` when > 0)."""
     qos = QOS[s.camera_qos]
     if s.camera_qos_depth > 0:
@@ -44,56 +52,82 @@ def camera_qos(s) -> QoSProfile:
     return qos
 
 
-def frame_pose(node: NodeHost, stamp_ns: int) -> Pose | None:
-    """The model worker's pose lookup (runtime/worker.py) for a frame it takes for ingest: the pose at its stamp.
+class FrameRoute:
+    """The one way a sampled frame goes to the model worker, and where its long-replay copy is written, once.
 
-    Looked up there, not in the camera callback, so that odometry received while the frame
-    waited in the queue counts; a frame still outside the poses' span by more than
-    ``pose_tolerance_s`` gets none, counted. The frame's long-replay archive copy is given
-    the same pose, so the block and the copy Spava replays never disagree.
+    ``deliver(frame)`` takes every sampled frame: straight from a camera callback, or from
+    ``PoseIntake`` once a parked frame's pose is resolved (the node hands it ``deliver``).
+    The archive copy is written when the frame's pose is final, so it carries the pose its
+    block gets and is written exactly once: in ``deliver`` when the pose is already known (a
+    parked frame, or a node without poses), else in ``pose_at_ingest``, the model worker's pose
+    lookup (a pose topic with ``pose_wait_s`` 0; the node hands it to the worker), on the worker
+    thread just before the frame's ingest. A frame dropped before it reaches that point (a full
+    queue, a reset, a deactivation) is not archived: it never entered the memory either.
     """
-    poses, long_replay = node.poses, node.long_replay  # locals: a deactivation may clear them meanwhile
-    pose = poses.pose_at(stamp_ns) if poses is not None else None
-    if long_replay is not None:
-        long_replay.archive.set_pose(stamp_ns, pose)
-    return pose
+
+    def __init__(self, node: NodeHost, worker_looks_up: bool) -> None:
+        self._node = node
+        self._worker_looks_up = worker_looks_up  # set once, from the pose settings at activate
+
+    def deliver(self, frame: Frame) -> None:
+        """Queue a sampled frame for the model worker; a full queue or a deactivation drops one, counted, with the reason."""
+        node = self._node
+        worker = node.worker  # a local: a deactivation may clear it meanwhile
+        try:
+            if worker is None:
+                raise WorkerStopped("no worker")
+            if not worker.submit_frame(frame):
+                node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
+            if not self._worker_looks_up:  # the pose is final (or there is none): its copy now
+                self._archive(frame)
+        except WorkerStopped:  # deactivated while this frame was on its way (or waited for its pose)
+            intake = node.intake
+            if intake is not None:
+                intake.count(frame.camera, "dropped_deactivated")
+            node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
+
+    def pose_at_ingest(self, frame: Frame) -> Pose | None:
+        """The model worker's pose lookup (runtime/worker.py) for a frame it takes for ingest: the pose at its stamp.
+
+        Looked up there, not in the camera callback, so that odometry received while the frame
+        waited in the queue counts; a frame still outside the poses' span by more than
+        ``pose_tolerance_s`` gets none, counted. The frame's archive copy is written here, with that pose.
+        """
+        poses = self._node.poses  # a local: a deactivation may clear it meanwhile
+        frame.pose = poses.pose_at(frame.stamp_ns) if poses is not None else None
+        self._archive(frame)
+        return frame.pose
+
+    def _archive(self, frame: Frame) -> None:
+        """The frame's one long-replay copy, with its final pose (if spava.enabled)."""
+        long_replay = self._node.long_replay
+        if long_replay is not None:
+            long_replay.archive.add(frame.camera, frame.stamp_ns, frame.rgb, frame.pose)
 
 
-def deliver_frame(node: NodeHost, frame: Frame) -> None:
-    """Queue a sampled frame whose pose is already resolved (a parked frame, after its wait) for the model worker.
-
-    The long-replay archive's copy gets the same pose, as in ``frame_pose``.
-    """
-    worker, long_replay = node.worker, node.long_replay  # locals: a deactivation may clear them meanwhile
-    if long_replay is not None:
-        long_replay.archive.set_pose(frame.stamp_ns, frame.pose)
-    try:
-        if worker is None:
-            raise WorkerStopped("no worker")
-        if not worker.submit_frame(frame):
-            node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
-    except WorkerStopped:  # deactivated while this frame waited for its pose
-        intake = node.intake
-        if intake is not None:
-            intake.count(frame.camera, "dropped_deactivated")
-        node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
+# Per message type, the two steps of ingest/frame_intake.py over it: check (cheap, every frame) and decode (sampled only).
+MESSAGE_STEPS: dict[type, tuple[Callable[[Any], None], Callable[[Any], np.ndarray]]] = {
+    Image: (conversions.check_image, conversions.image_to_rgb),
+    CompressedImage: (conversions.check_compressed, conversions.compressed_to_rgb),
+}
 
 
 class CameraIntake:
     """The camera subscriptions of an active node; ``node`` is the videokv node (its worker, frame intake,
     status publishers, poses and long-replay archive, read at each frame: a deactivation clears them)."""
 
-    def __init__(self, node: NodeHost, s) -> None:
+    def __init__(self, node: NodeHost, s: NodeSettings, route: FrameRoute) -> None:
         """Subscribe to ``s.image_topics`` and ``s.compressed_topics`` (NodeSettings); a topic in both, once."""
         self._node = node
-        self._subscriptions = []
+        self._route = route
+        self._subscriptions: list[Any] = []
         qos = camera_qos(s)
         for topic in dict.fromkeys(s.image_topics + s.compressed_topics):
             compressed = topic in s.compressed_topics or topic.endswith("/compressed")
             msg_type = CompressedImage if compressed else Image
             camera = node.resolve_topic_name(topic)
             self._subscriptions.append(node.create_subscription(
-                msg_type, topic, lambda msg, c=camera, z=compressed: self.image_callback(msg, c, z),
+                msg_type, topic, functools.partial(self.image_callback, camera=camera, steps=MESSAGE_STEPS[msg_type]),
                 qos, callback_group=MutuallyExclusiveCallbackGroup(),  # one per camera: none waits for another
             ))
             node.get_logger().info(f"camera {camera} ({msg_type.__name__}, qos {s.camera_qos})")
@@ -104,28 +138,25 @@ class CameraIntake:
             self._node.destroy_subscription(subscription)
         self._subscriptions = []
 
-    def image_callback(self, msg, camera: str, compressed: bool) -> None:
-        """Check, sample by header stamp, decode if sampled, queue for the model worker; never runs the model.
+    def image_callback(self, msg: Any, camera: str, steps: tuple[Callable[[Any], None], Callable[[Any], np.ndarray]]) -> None:
+        """Every camera's callback, whatever its message type: check, sample by header stamp, decode if sampled,
+        then on to ``FrameRoute.deliver`` (or to wait for its pose); never runs the model.
 
         A malformed frame is counted (dropped) whether or not it would have been sampled and
         never takes a sample slot; a sampled frame that fails to decode is counted and gives
-        its slot back to the camera's next frame (ingest/frame_intake.py).
+        its slot back to the camera's next frame (ingest/frame_intake.py). Both are dropped here, with the reason.
         """
         node = self._node
-        worker, status, intake = node.worker, node.status, node.intake
-        if worker is None or status is None or intake is None:  # delivered just before a deactivation: not taken
+        status, intake = node.status, node.intake
+        if node.worker is None or status is None or intake is None:  # delivered just before a deactivation: not taken
             return
         node.counters.add("received")
         status.frame_received(camera)
         stamp_ns = conversions.time_to_ns(msg.header.stamp)
         if stamp_ns == 0:  # unstamped driver: fall back to the node clock (sim time aware)
             stamp_ns = node.get_clock().now().nanoseconds
-        if compressed:
-            result = intake.offer(camera, stamp_ns, lambda: conversions.check_compressed(msg),
-                                  lambda: conversions.compressed_to_rgb(msg))
-        else:
-            result = intake.offer(camera, stamp_ns, lambda: conversions.check_image(msg),
-                                  lambda: conversions.image_to_rgb(msg))
+        check, decode = steps
+        result = intake.offer(camera, stamp_ns, lambda: check(msg), lambda: decode(msg))
         if result.outcome is Outcome.SKIPPED:
             return
         if result.outcome is not Outcome.SAMPLED:
@@ -135,25 +166,12 @@ class CameraIntake:
         if result.decision is SampleDecision.RESET:
             node.get_logger().warn(f"{camera}: stamps jumped back in time, treating it as a clock reset")
         node.counters.add("sampled")
-        rgb = result.rgb
-        long_replay = node.long_replay
-        if long_replay is not None:
-            # The pose known now, uncounted; the worker's lookup at ingest (frame_pose) replaces it with
-            # the block's pose. A frame dropped before ingest keeps this one.
-            poses = node.poses
-            long_replay.archive.add(camera, stamp_ns, rgb, poses.peek(stamp_ns) if poses is not None else None)
+        assert result.rgb is not None  # SAMPLED carries the decoded frame (IntakeResult)
         view = node.view
         if view is not None:  # a strided thumbnail for ~/memory_sheet, no encoding (ros/memory_view.py)
-            view.frame_sampled(camera, stamp_ns, rgb)
-        frame, poses = Frame(camera, stamp_ns, rgb), node.poses
-        if poses is not None and poses.parks_frames:  # waits for its pose, then deliver_frame
+            view.frame_sampled(camera, stamp_ns, result.rgb)
+        frame, poses = Frame(camera, stamp_ns, result.rgb), node.poses
+        if poses is not None and poses.parks_frames:  # waits for its pose, then FrameRoute.deliver
             poses.park(frame)
-            return
-        try:
-            # No pose yet: the worker looks it up when it takes the frame for ingest (runtime/worker.py), so
-            # odometry that arrives while the frame waits in the queue counts.
-            if not worker.submit_frame(frame):
-                node.drop("frame queue full: dropped the oldest frame (model slower than sample_fps)")
-        except WorkerStopped:  # deactivated while this frame was on its way
-            intake.count(camera, "dropped_deactivated")
-            node.drop(f"dropped a frame from {camera}: the node is being deactivated")
+        else:  # with a pose topic and pose_wait_s 0, no pose yet: the worker looks it up (FrameRoute.pose_at_ingest)
+            self._route.deliver(frame)

@@ -56,13 +56,14 @@ class LocateService:
         future = None
         try:
             query = request_to_query(request, node.resolve_camera, settings.locate.max_k)
-            engine = node.engine
-            future = node.active_worker().call(lambda: engine.locate(query), read_only=True)
+            worker = node.active_worker()
+            future = worker.call(lambda: worker.engine.locate(query), read_only=True)
             result = future.result(timeout=settings.node.question_timeout_s)
         except (RequestError, WorkerBusy, WorkerStopped) as exc:
             return _refuse(response, str(exc))
         except FutureTimeout:
-            future.cancel()
+            if future is not None:
+                future.cancel()
             return _refuse(response, f"no ranking within question_timeout_s ({settings.node.question_timeout_s} s)")
         except Exception as exc:  # the node keeps running whatever the model raised
             node.get_logger().error(f"locate failed: {exc!r}")

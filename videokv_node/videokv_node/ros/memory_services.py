@@ -10,11 +10,13 @@ the memory as it was. Snapshots are written and read by the engine's snapshot co
 from __future__ import annotations
 
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 
 from std_srvs.srv import Trigger
 from videokv_interfaces.srv import LoadMemory, SaveMemory
 
-from videokv_node.memory.snapshot.format import SnapshotError, resolve_snapshot_path
+from videokv_node.memory.engine import VideoMemoryEngine
+from videokv_node.memory.snapshot.format import SnapshotError, SnapshotInfo, resolve_snapshot_path
 from videokv_node.ros import snapshots
 from videokv_node.ros.node_host import NodeHost
 from videokv_node.runtime.worker import WorkerBusy, WorkerStopped
@@ -44,7 +46,7 @@ class MemoryServices:
             if poses is not None:
                 poses.drop_parked()  # sampled before the reset: not for the new memory
             node.active_worker().reset().result(timeout=node.settings.node.question_timeout_s)
-            node.sampler.reset()
+            self._reset_sampler()
         except (WorkerBusy, WorkerStopped, FutureTimeout) as exc:
             response.success, response.message = False, f"reset not done: {exc or 'timeout'}"
             return response
@@ -57,7 +59,8 @@ class MemoryServices:
         node = self._node
         try:
             target = resolve_snapshot_path(node.settings.memory.snapshot_dir, request.name, request.path)
-            info = node.active_worker().call(lambda: snapshots.save(node.engine, target)).result(
+            worker = node.active_worker()
+            info = worker.call(lambda: snapshots.save(worker.engine, target)).result(
                 timeout=node.settings.node.question_timeout_s
             )
         except (SnapshotError, WorkerBusy, WorkerStopped, FutureTimeout, OSError) as exc:
@@ -74,7 +77,8 @@ class MemoryServices:
         node = self._node
         try:
             target = resolve_snapshot_path(node.settings.memory.snapshot_dir, request.name, request.path)
-            info = node.active_worker().call(lambda: self._load(target)).result(timeout=node.settings.node.question_timeout_s)
+            worker = node.active_worker()
+            info = worker.call(lambda: self._load(worker.engine, target)).result(timeout=node.settings.node.question_timeout_s)
         except (SnapshotError, WorkerBusy, WorkerStopped, FutureTimeout, OSError) as exc:
             response.success, response.message = False, f"memory not loaded: {exc or 'timeout'}"
             return response
@@ -86,8 +90,14 @@ class MemoryServices:
         response.path, response.blocks, response.frames_ingested = str(info.path), info.blocks, info.frames_ingested
         return response
 
-    def _load(self, target):
+    def _load(self, engine: VideoMemoryEngine, target: Path) -> SnapshotInfo:
         """On the worker thread: load, then let frames newer than the snapshot's be sampled again."""
-        info = snapshots.load(self._node.engine, target)
-        self._node.sampler.reset()
+        info = snapshots.load(engine, target)
+        self._reset_sampler()
         return info
+
+    def _reset_sampler(self) -> None:
+        """Let every camera's next frame be sampled again (the sampler is held while configured)."""
+        sampler = self._node.sampler
+        if sampler is not None:
+            sampler.reset()

@@ -139,26 +139,31 @@ class MemoryViewPublishers:
 
     def _read(self) -> MemoryView | None:
         node = self._node
-        engine = node.engine
+        future = None
         try:
-            future = node.active_worker().call(lambda: read_view(engine.store), read_only=True)
+            worker = node.active_worker()
+            future = worker.call(lambda: read_view(worker.engine.store), read_only=True)
             return future.result(timeout=VIEW_WAIT_S)
         except (WorkerBusy, WorkerStopped):
             return None
         except FutureTimeout:
-            future.cancel()
+            if future is not None:
+                future.cancel()
             node.get_logger().warn("memory view: the model worker was busy; markers and sheet skip this tick",
                                    throttle_duration_sec=node.WARN_THROTTLE_S)
             return None
 
     def _publish_sheet(self, view: MemoryView, now_ns: int) -> tuple[int, int] | None:
         """Render and publish the sheet of ``view``: (frames shown, bytes), None where nothing can be shown."""
-        self.thumbnails.prune(view)
-        sheet = render_sheet(view, self.thumbnails, self._node.settings.sheet)
+        thumbnails, publisher = self.thumbnails, self._sheet
+        if thumbnails is None or publisher is None:  # the sheet is not enabled
+            return None
+        thumbnails.prune(view)
+        sheet = render_sheet(view, thumbnails, self._node.settings.sheet)
         self._sheet_view, self._sheet_ns = view, now_ns
         if sheet is None:
             return None
         msg = CompressedImage(format="jpeg", data=sheet.jpeg)
         msg.header.stamp = self._node.get_clock().now().to_msg()
-        self._sheet.publish(msg)
+        publisher.publish(msg)
         return sheet.frames, len(sheet.jpeg)

@@ -1,13 +1,10 @@
 """The videokv ROS 2 node's wiring: cameras in, questions answered from the memory of what they saw.
 
 A thin adapter over the library: callbacks convert messages and hand work to the
-``ModelWorker``; no callback ever runs the model. The node's parts, each created on
-activate and destroyed on deactivate: ``camera_intake`` (the camera subscriptions, a mutually exclusive
-group each), ``ask`` (``~/ask`` service and action on one answering path, with the Spava forwarding of
-``long_replay_client``), ``locate_service``, ``memory_services`` (``~/reset``, ``~/save_memory``,
-``~/load_memory``), ``memory_view`` (``~/memory_markers``, ``~/answer_markers``, ``~/memory_sheet``),
-``snapshots`` (restore, shutdown, parking, periodic) and ``status`` (``~/memory_stats``, ``/diagnostics``). Services, action and timers have their own callback groups, so a
-question is accepted while frames keep arriving, on a MultiThreadedExecutor.
+``ModelWorker``; no callback ever runs the model. The node's parts (``camera_intake``, ``ask``,
+``locate_service``, ``memory_services``, ``memory_view``, ``snapshots``, ``status``; docs/ARCHITECTURE.md)
+are created on activate and destroyed on deactivate, each seeing the node as ``NodeHost``. Services, action
+and timers have their own callback groups, so a question is accepted while frames keep arriving.
 
 ``VideoKVMixin`` holds the node's work as the steps of a ROS 2 managed node
 (configure, activate, deactivate, cleanup, shutdown). ``VideoKVNode`` (plain) runs
@@ -18,12 +15,11 @@ configure and activate in its constructor and shutdown when destroyed;
 
 from __future__ import annotations
 
-import gc
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import rclpy
-import torch
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rcl_interfaces.msg import SetParametersResult
@@ -34,14 +30,16 @@ from videokv_node.memory.config import ConfigError
 from videokv_node.memory.engine import VideoMemoryEngine
 from videokv_node.memory.snapshot.format import SnapshotError
 from videokv_node.memory.snapshot.series import SnapshotSeries
+from videokv_node.models.adapter import VideoLLMAdapter
 from videokv_node.models.factory import load_adapter
 from videokv_node.process_settings import apply_process_settings
 from videokv_node.ros import snapshots
 from videokv_node.ros.ask import AskSurfaces
-from videokv_node.ros.camera_intake import CameraIntake, deliver_frame, frame_pose
-from videokv_node.runtime.health import device_memory
+from videokv_node.ros.camera_intake import CameraIntake, FrameRoute
+from videokv_node.runtime.health import device_memory, free_device_memory
 from videokv_node.ros.locate_service import LocateService
 from videokv_node.ros.long_replay_client import LongReplayClient
+from videokv_node.ros.node_host import NodeBase
 from videokv_node.ros.memory_services import MemoryServices
 from videokv_node.ros.memory_view import MemoryViewPublishers, start_view
 from videokv_node.ros.params import Settings, declare_and_read, settings_with
@@ -57,9 +55,10 @@ from videokv_node.vision.selection import attach_vision_backend
 # because parking closes the engine under it.
 SHUTDOWN_JOIN_S = 30.0
 NODE_NAME = "videokv"
+T = TypeVar("T")
 
 
-class VideoKVMixin:
+class VideoKVMixin(NodeBase):
     """The node's work, as the steps of a managed node; mixed into an rclpy ``Node`` or ``LifecycleNode``.
 
     States and what each holds (the attributes are None where not held):
@@ -81,6 +80,11 @@ class VideoKVMixin:
 
     WARN_THROTTLE_S = 5.0  # the least time between two repeats of a warning on a hot path
 
+    @property
+    def settings(self) -> Settings:
+        """The node's settings while configured (a run-time parameter change replaces them whole); RuntimeError before."""
+        return _held(self._settings, "the settings")
+
     def get_logger(self):
         """The node's logger; once the ROS context is shut down (Ctrl-C, SIGTERM) a console-only child of
         it, since rosout can no longer be published to and rclpy would print an error for every line."""
@@ -91,14 +95,14 @@ class VideoKVMixin:
 
     def _init_steps(self) -> None:
         """Called first by the node's constructor: nothing is held yet."""
-        self.settings: Settings | None = None
-        self.adapter = None
+        self._settings: Settings | None = None  # ``settings`` while configured
+        self.adapter: VideoLLMAdapter | None = None
         self.engine: VideoMemoryEngine | None = None
         self.worker: ModelWorker | None = None
         self.sampler: FrameSampler | None = None
         self.intake: FrameIntake | None = None  # check -> sample -> decode, per-camera counts; while configured
         self._parked: Path | None = None  # snapshot directory of the memory while inactive after a deactivation
-        self._io: list = []  # (destroy function, entity) of what activate created
+        self._io: list[tuple[Callable[[Any], Any], Any]] = []  # (destroy function, entity) of what activate created
         self.status: StatusPublishers | None = None  # ~/memory_stats and /diagnostics while active
         self.view: MemoryViewPublishers | None = None  # ~/memory_markers, ~/memory_sheet while active, if enabled
         self.long_replay: LongReplayClient | None = None  # Spava service client while active, if spava.enabled
@@ -116,32 +120,32 @@ class VideoKVMixin:
         apply_process_settings(s.torch_threads, s.gil_switch_interval_s)  # process_settings.py: why the interval
         log.info(f"loading model {s.model!r} on device {s.device!r}")
         try:
-            self.adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
+            self.adapter = adapter = load_adapter(s.model, device=s.device, dtype=s.dtype, seed=s.seed)
             # Logs its choice; may build a TensorRT engine (logged before it starts).
-            attach_vision_backend(self.adapter, settings.vision, logger=log)
+            attach_vision_backend(adapter, settings.vision, logger=log)
             try:
-                self.engine = VideoMemoryEngine(self.adapter, settings.memory, settings.generation)
+                self.engine = engine = VideoMemoryEngine(adapter, settings.memory, settings.generation)
             except ConfigError:
                 raise  # already says which parameter and why
             except ValueError as exc:  # a policy's own check against the model
                 raise ConfigError(f"memory.policy {settings.memory.policy} with model {s.model!r}: {exc}") from exc
         except BaseException:
             self.engine = self.adapter = None
-            _free_device_memory()
+            free_device_memory()
             raise
-        for note in self.engine.adaptations:
+        for note in engine.adaptations:
             log.info(f"adapted to the model: {note}")
-        self.settings = settings
-        self.sampler = FrameSampler(settings.sampler)
-        self.intake = FrameIntake(self.sampler)
+        self._settings = settings
+        self.sampler = sampler = FrameSampler(settings.sampler)
+        self.intake = FrameIntake(sampler)
         self.counters.reset()
         if settings.memory.snapshot_dir:
             self._series = SnapshotSeries(settings.memory.snapshot_dir, settings.memory.snapshot_keep)
-        snapshots.restore_on_start(self.engine, settings.memory, self._series, log)
+        snapshots.restore_on_start(engine, settings.memory, self._series, log)
         mem = settings.memory
         log.info(
-            f"configured: policy {mem.policy}, {self.adapter.tokens_per_frame} tokens/frame, budget {mem.budget_tokens} "
-            f"tokens resident + {self.engine.stats().budget_offload_bytes} bytes offload, sample_fps {settings.sampler.sample_fps}"
+            f"configured: policy {mem.policy}, {adapter.tokens_per_frame} tokens/frame, budget {mem.budget_tokens} "
+            f"tokens resident + {engine.stats().budget_offload_bytes} bytes offload, sample_fps {settings.sampler.sample_fps}"
         )
 
     # --- activate: work in, answers out --------------------------------------
@@ -154,15 +158,16 @@ class VideoKVMixin:
         if self._parked is not None:
             self._unpark()
         s, pose = self.settings.node, self.settings.pose
+        route = FrameRoute(self, pose.worker_looks_up)  # ros/camera_intake.py: every sampled frame's way to the worker
         self.worker = ModelWorker(
-            self.engine, s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
+            _held(self.engine, "the memory"), s.queue_size, s.max_pending_questions, on_ingest_error=self._ingest_error,
             max_batch=self.settings.vision.max_batch,  # parked frames' poses are resolved before the worker
-            pose_lookup=(lambda stamp_ns: frame_pose(self, stamp_ns)) if pose.worker_looks_up else None,
+            pose_lookup=route.pose_at_ingest if pose.worker_looks_up else None,
             vision_thread=self.settings.vision.own_thread)
         if pose.enabled:  # ros/pose_intake.py: each sampled frame gets the pose at its stamp; before the cameras
-            self.poses = PoseIntake(self, pose, deliver=lambda frame: deliver_frame(self, frame), capacity=s.queue_size)
+            self.poses = PoseIntake(self, pose, deliver=route.deliver, capacity=s.queue_size, drop=self.drop)
             self.keep(lambda p: p.destroy(), self.poses)
-        self.keep(lambda c: c.destroy(), CameraIntake(self, s))  # ros/camera_intake.py
+        self.keep(lambda c: c.destroy(), CameraIntake(self, s, route))  # ros/camera_intake.py
         service_group = ReentrantCallbackGroup()
         self.keep(lambda srv: srv.destroy(), MemoryServices(self, service_group))  # ~/reset, ~/save_memory, ~/load_memory
         self.keep(lambda srv: srv.destroy(), LocateService(self, service_group))  # ~/locate (ros/locate_service.py)
@@ -173,14 +178,14 @@ class VideoKVMixin:
             self.keep(lambda c: c.close(), self.long_replay)
         mem = self.settings.memory
         if mem.snapshot_period_s > 0:
-            self.snapshotter = snapshots.start_periodic(self, self._series, mem.snapshot_period_s,
+            self.snapshotter = snapshots.start_periodic(self, _held(self._series, "memory.snapshot_dir's series"), mem.snapshot_period_s,
                                                         MutuallyExclusiveCallbackGroup())
         self.view = start_view(self)  # ros/memory_view.py: None unless markers or sheet enabled; before the status
         self.status = StatusPublishers(self)  # last: a frame is taken once status is set
         self.keep(lambda p: p.destroy(), self.status)
         self.get_logger().info("active: ingesting frames and answering questions")
 
-    def keep(self, destroy, entity) -> None:
+    def keep(self, destroy: Callable[[Any], Any], entity: Any) -> None:
         """Have ``destroy(entity)`` called when the node stops work (in the reverse order of creation)."""
         self._io.append((destroy, entity))
 
@@ -193,10 +198,13 @@ class VideoKVMixin:
         are logged too.
         """
         self._stop_work()
-        stats = self.engine.stats()
-        device = str(self.adapter.device)
+        engine = _held(self.engine, "the memory")
+        stats = engine.stats()
+        device = str(_held(self.adapter, "the model").device)
         before = device_memory(device)
-        info = self._park()
+        self._parked, info = snapshots.park(engine)  # a private temporary directory; closes the engine
+        self.engine = None
+        free_device_memory()
         after = device_memory(device)
         self.get_logger().info(
             f"inactive: memory parked on host disk ({info.blocks} blocks, {info.bytes} bytes in {self._parked}); freed "
@@ -219,18 +227,11 @@ class VideoKVMixin:
             self.snapshotter.close(wait=True)
             self.snapshotter = None
 
-    def _park(self):
-        """Save the memory to a private temporary directory and close the engine (its device memory goes)."""
-        self._parked, info = snapshots.park(self.engine)
-        self.engine = None
-        _free_device_memory()
-        return info
-
     def _unpark(self) -> None:
         """Rebuild the engine from the current settings and load the parked memory into it."""
-        self.engine, info = snapshots.unpark(self.adapter, self.settings, self._parked)
-        self._parked = None
-        self.get_logger().info(f"memory restored from parking: {info.blocks} blocks, {self.engine.stats().bytes_resident} bytes resident")
+        engine, info = snapshots.unpark(_held(self.adapter, "the model"), self.settings, _held(self._parked, "a parked memory"))
+        self.engine, self._parked = engine, None
+        self.get_logger().info(f"memory restored from parking: {info.blocks} blocks, {engine.stats().bytes_resident} bytes resident")
         if info.degraded:
             self.get_logger().error(f"parked memory restored without its damaged segments: {info.loss()}")
 
@@ -250,8 +251,8 @@ class VideoKVMixin:
             self.engine.close()
         if self._parked is not None:
             snapshots.discard(self._parked)
-        self.engine = self.adapter = self.sampler = self.intake = self._parked = self.settings = self._series = None
-        _free_device_memory()
+        self.engine = self.adapter = self.sampler = self.intake = self._parked = self._settings = self._series = None
+        free_device_memory()
         self.get_logger().info("memory and model released")
 
     def shutdown_step(self) -> None:
@@ -271,7 +272,7 @@ class VideoKVMixin:
         checks the whole configuration. Inactive with the memory parked: checked here, the
         memory's new budget applies when activate rebuilds the engine.
         """
-        if self.settings is None:
+        if self._settings is None:
             return SetParametersResult(successful=True)
         try:
             new = settings_with(self, params)
@@ -282,16 +283,16 @@ class VideoKVMixin:
                 self._on_worker(apply) if self.worker is not None else apply()
         except (ConfigError, WorkerBusy, WorkerStopped) as exc:
             return SetParametersResult(successful=False, reason=str(exc))
-        self.sampler.set_config(new.sampler)
+        _held(self.sampler, "the sampler").set_config(new.sampler)
         if self.status is not None:  # active: new thresholds from the next report, the new period from the next tick
             self.status.set_config(self.settings.node, new.node)
-        self.settings = new
+        self._settings = new
         self.get_logger().info("parameters set: " + ", ".join(f"{p.name}={p.value}" for p in params))
         return SetParametersResult(successful=True)
 
-    def _on_worker(self, run):
+    def _on_worker(self, run: Callable[[], Any]) -> Any:
         """Run on the model thread, between two frames; still queued after question_timeout_s: WorkerBusy."""
-        future = self.worker.call(run)
+        future = self.active_worker().call(run)
         try:
             return future.result(timeout=self.settings.node.question_timeout_s)
         except FutureTimeout:
@@ -341,9 +342,8 @@ class VideoKVNode(VideoKVMixin, Node):
         super().destroy_node()
 
 
-def _free_device_memory() -> None:
-    """Return freed tensors' device memory to the driver, so the figures (and other processes) see it."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
+def _held(thing: T | None, what: str) -> T:
+    """``thing``, which this state of the node holds; a step called out of order raises here, not on None later."""
+    if thing is None:
+        raise RuntimeError(f"{what} is not held: a lifecycle step called out of order")
+    return thing

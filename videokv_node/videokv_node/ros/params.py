@@ -49,9 +49,8 @@ def _descriptor(name: str, default: object, lifecycle: bool = False) -> Paramete
     if isinstance(default, int):
         lo, hi = info.int_range()
         d.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=0)]
-    elif isinstance(default, float) and info.float_range() is not None:
-        lo, hi = info.float_range()
-        d.floating_point_range = [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
+    elif isinstance(default, float) and (span := info.float_range()) is not None:
+        d.floating_point_range = [FloatingPointRange(from_value=span[0], to_value=span[1], step=0.0)]
     if isinstance(default, list):
         d.dynamic_typing = False
     return d

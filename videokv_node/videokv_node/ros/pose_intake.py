@@ -11,7 +11,7 @@ after the image it belongs to (a bag replayed best effort, a busy robot), so wit
 after its stamp has arrived (interpolated between the two around it), or after ``pose_wait_s``
 on the node clock: then the nearest pose within ``pose_tolerance_s``, or none, counted by
 reason. Each pose message retries the parked frames. With ``pose_wait_s`` 0 nothing is parked:
-the model worker calls ``pose_at`` when it takes the frame for ingest (``camera_intake.frame_pose``,
+the model worker calls ``pose_at`` when it takes the frame for ingest (``camera_intake.FrameRoute.pose_at_ingest``,
 runtime/worker.py), and a frame taken before the odometry past its stamp gets the newest pose
 within ``pose_tolerance_s``, or none.
 
@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
 
 from videokv_node.frame import Frame
 from videokv_node.ingest.pose_history import PoseAdd, PoseConfig, PoseCounters, PoseHistory
@@ -40,6 +43,9 @@ from videokv_node.memory.config import ConfigError
 from videokv_node.pose import Pose
 from videokv_node.ros.conversions import pose_fields
 from videokv_node.ros.pose_parking import PoseParking
+
+if TYPE_CHECKING:
+    from videokv_node.ros.tf_poses import TfPoses  # imports tf2_ros: at run time only with pose_source tf
 
 # pose_type -> ROS type name as the topic graph lists it
 TYPE_NAMES = {
@@ -84,12 +90,17 @@ class PoseIntake:
     """
 
     def __init__(self, node: Node, config: PoseConfig, deliver: Callable[[Frame], None] | None = None,
-                 capacity: int = 8) -> None:
+                 capacity: int = 8, drop: Callable[[str], None] | None = None) -> None:
         check_available(config)
         self._node = node
         self.config = config
         self.history = PoseHistory(config)
-        self._sub = self._timer = self._tf = self._parking = None  # _parking: TfPoses or PoseParking when parks_frames
+        self._sub: Subscription | None = None
+        self._timer: Timer | None = None
+        self._tf: TfPoses | None = None
+        self._parking: TfPoses | PoseParking | None = None  # when parks_frames
+        # A frame dropped (the node's ``drop``: counted, warned); a warning alone where none is given.
+        self._drop = drop if drop is not None else lambda message: node.get_logger().warn(message)
         self.last_frame_had_pose: bool | None = None  # None until a frame asks (/diagnostics "videokv: poses")
         self._group = MutuallyExclusiveCallbackGroup()
         if config.parks_frames and deliver is None:
@@ -131,7 +142,7 @@ class PoseIntake:
         or its wait (pose_tf_wait_s, pose_wait_s) has passed, then ``deliver`` it with its pose; never blocks."""
         parking = self._parking  # a local: destroy clears it
         if parking is None or not parking.submit(frame.camera, frame.stamp_ns, frame):
-            self._node.drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
+            self._drop(f"dropped a frame from {frame.camera}: the node is being deactivated")
 
     def drop_parked(self) -> int:
         """Forget the frames waiting for their pose (a memory reset); how many."""
@@ -148,7 +159,9 @@ class PoseIntake:
         """A parked frame leaves with its pose (or none, for ``r.reason``), on to the worker."""
         self._note(r.stamp_ns, r.pose, f"{self.config.pose_source} {r.reason}")
         r.item.pose = r.pose
-        self._deliver(r.item)
+        deliver = self._deliver
+        assert deliver is not None  # __init__ refuses parking without it
+        deliver(r.item)
 
     def _note(self, stamp_ns: int, pose: Pose | None, why: str) -> None:
         self.last_frame_had_pose = pose is not None
@@ -183,19 +196,18 @@ class PoseIntake:
             self._node.destroy_timer(self._timer)
         if self._sub is not None:
             self._node.destroy_subscription(self._sub)
-        if self._parking is not None:
-            left = self._tf.destroy() if self._tf is not None else self._parking.close()
+        parking = self._parking
+        if parking is not None:
+            left = parking.close() if isinstance(parking, PoseParking) else parking.destroy()
             for _ in left:
-                self._node.drop("dropped a frame waiting for its pose: the node is being deactivated")
+                self._drop("dropped a frame waiting for its pose: the node is being deactivated")
         self._sub = self._timer = self._tf = self._parking = None
 
     # --- subscription ---------------------------------------------------------
     def _try_subscribe(self) -> bool:
-        kind = self.config.pose_type
-        if kind == "auto":
-            kind = self._graph_type()
-            if kind is None:
-                return False
+        kind = self.config.pose_type if self.config.pose_type != "auto" else self._graph_type()
+        if kind is None:
+            return False
         self._sub = self._node.create_subscription(message_class(kind), self._topic, self.pose_callback, QOS,
                                                    callback_group=self._group)
         self._node.get_logger().info(f"poses from {self._topic} ({TYPE_NAMES[kind]})")

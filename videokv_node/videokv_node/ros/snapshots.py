@@ -40,6 +40,7 @@ def restore_on_start(engine: VideoMemoryEngine, mem, series: SnapshotSeries | No
     if not mem.restore_on_start:
         return
     if mem.restore_on_start == LATEST:
+        assert series is not None  # MemoryConfig: restore_on_start needs snapshot_dir, which makes the series
         info, refusals = series.restore_latest(engine)
         for r in refusals:
             log.error(f"periodic snapshot {r.path.name} refused: {r.reason}")

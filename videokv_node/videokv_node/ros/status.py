@@ -10,6 +10,8 @@ from __future__ import annotations
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from videokv_interfaces.msg import MemoryStats
 
+from videokv_node.models.adapter import VideoLLMAdapter
+from videokv_node.models.chat_adapter import ChatVideoLLMAdapter
 from videokv_node.ros import conversions
 from videokv_node.ros.diagnostics import DiagnosticsPublisher, health_config
 from videokv_node.ros.node_host import NodeHost
@@ -56,7 +58,7 @@ class StatusPublishers:
         msg.header.stamp = node.get_clock().now().to_msg()
         counters = node.counters.read()
         conversions.fill_stats(msg, engine.stats(), counters, worker.queue_depth, node.settings.node.model,
-                               str(engine.adapter.device), vision_backend=engine.adapter.vision_backend.name)
+                               str(engine.adapter.device), vision_backend=_vision_backend(engine.adapter))
         snapshots, long_replay = node.snapshotter, node.long_replay
         if snapshots is not None:
             status = snapshots.status(node.get_clock().now().nanoseconds)
@@ -73,3 +75,8 @@ class StatusPublishers:
             return
         self._diagnostics.publish(node.counters.read(), engine, worker, snapshots=node.snapshotter, poses=node.poses,
                                   intake=node.intake)
+
+
+def _vision_backend(adapter: VideoLLMAdapter) -> str:
+    """The name of what encodes the frames; "" for an adapter the interface promises none of."""
+    return adapter.vision_backend.name if isinstance(adapter, ChatVideoLLMAdapter) else ""

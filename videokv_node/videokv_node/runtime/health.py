@@ -249,3 +249,14 @@ def device_memory(device: str) -> dict[str, str]:
         return {"device_memory": "cpu"}
     return {"device_memory_allocated_bytes": str(torch.cuda.memory_allocated(device)),
             "device_memory_reserved_bytes": str(torch.cuda.memory_reserved(device))}
+
+
+def free_device_memory() -> None:
+    """Return freed tensors' device memory to the driver, so the figures (and other processes) see it."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

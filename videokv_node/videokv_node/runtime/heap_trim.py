@@ -67,13 +67,14 @@ class HeapTrim:
 
     def maybe_trim(self) -> bool:
         """Trim if RSS grew past the bound; returns True when it trimmed."""
-        if not self.active:
+        trim, base = self._trim, self._base
+        if trim is None or base is None:  # not ``active``
             return False
         rss = rss_bytes()
-        if rss is None or rss - self._base <= self.max_growth_bytes:
+        if rss is None or rss - base <= self.max_growth_bytes:
             return False
         t = time.perf_counter()
-        self._trim(0)
+        trim(0)
         self.trim_s += time.perf_counter() - t
         self.trims += 1
         self._base = rss_bytes() or rss

@@ -58,7 +58,7 @@ class ModelWorker:
     its own vision, as without. Every vision call is made on that thread, and a write request waits
     for the batch prepared before it to be ingested.
 
-    A frame submitted without a pose gets it from ``pose_lookup(stamp_ns)`` when the worker
+    A frame submitted without a pose gets it from ``pose_lookup(frame)`` when the worker
     takes it for ingest, not when it was submitted: odometry that arrived while the frame
     waited in the queue (it usually lags a camera's frame on a busy node) still counts. The
     lookup runs once per such frame, on the worker thread, just before ``engine.ingest``; a
@@ -83,7 +83,7 @@ class ModelWorker:
         max_pending_jobs: int = 4,
         on_ingest_error: Callable[[Exception], None] | None = None,
         max_batch: int = 1,
-        pose_lookup: Callable[[int], Pose | None] | None = None,
+        pose_lookup: Callable[[Frame], Pose | None] | None = None,
         heap_trim_bytes: int = 16 << 20,
         vision_thread: bool = False,
     ) -> None:
@@ -98,7 +98,7 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._on_ingest_error = on_ingest_error
-        # stamp_ns -> the robot's pose then, or None (the lookup counts it); must not raise. Set at construction only.
+        # a frame -> the robot's pose at its stamp, or None (the lookup counts it); must not raise. Set at construction only.
         self._pose_lookup = pose_lookup
         self.frames_overflowed = 0  # dropped from a full queue; written under _cond
         self.frames_failed = 0  # raised inside the engine; written by the worker thread only
@@ -268,7 +268,7 @@ class ModelWorker:
             return
         for f in frames:
             if f.pose is None:
-                f.pose = self._pose_lookup(f.stamp_ns)
+                f.pose = self._pose_lookup(f)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop after the current job; fail what is still queued."""
