@@ -141,7 +141,7 @@ class MemoryViewPublishers:
         node = self._node
         engine = node.engine
         try:
-            future = node.active_worker().call(lambda: read_view(engine.store), read_only=True)
+            future = node.active_worker().peek(lambda: read_view(engine.store))  # never a planner's slot
             return future.result(timeout=VIEW_WAIT_S)
         except (WorkerBusy, WorkerStopped):
             return None
