@@ -7,6 +7,8 @@
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
 #   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
 #                       questions: bags/robot and bags/robot.json (BAG=DIR to write elsewhere; docs/OPERATIONS.md)
+#   make picture        the README's picture of the memory (docs/images/memory.png): make bag's drive replayed through
+#                       the node over DDS, ~/memory_markers seen from above beside ~/memory_sheet (about 1 minute)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make train-model    train videokv-tiny v6 (issue 43) from v5: the drawn-things head (minutes), then the decoder's
 #                       LoRA and projector on long contexts, resuming from records/videokv-tiny/v6-run1 where a run
@@ -72,7 +74,7 @@ TEST_WORKERS ?= 2
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load clean distclean
+.PHONY: setup build test docs demo bag picture train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -92,6 +94,10 @@ BAG ?= bags/robot
 bag: setup
 	rm -rf $(BAG) && mkdir -p $(dir $(BAG))
 	. ./env.sh && python -m videokv_node.eval.make_bag --robot --out $(BAG) --questions $(BAG).json
+
+PICTURE ?= docs/images/memory.png
+picture: build
+	. ./env.sh && python -m videokv_node.programs.memory_picture --out $(PICTURE)
 
 demo: build
 	scripts/setup_footage.sh
