@@ -45,6 +45,9 @@
 #   make bench-load     the node under a robot's camera load (3 raw 640x480 + 1 JPEG 1280x720 cameras at 15 Hz,
 #                       ~/ask every 2 s, ~/locate every 5 s) for LOAD_SECONDS (180); written to docs/bench/load.md
 #                       (LOAD_ARGS="--raw 1 --jpeg 2 --label mine" for another load; about 5 minutes)
+#   make bench-load-view the same load twice, the memory's markers and sheet on (defaults) and off: ingest, CPU, ~/ask;
+#                       and the sheet's thumbnails' bytes at an hour of frames (1,800 and 3,600); into docs/bench/load.md
+#                       (LOAD_SECONDS each; about 2 x 4 minutes)
 #
 # Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
 # bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
@@ -74,7 +77,7 @@ TEST_WORKERS ?= 2
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag picture train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load clean distclean
+.PHONY: setup build test docs demo bag picture train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load bench-load-view clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -167,6 +170,9 @@ LOAD_SECONDS ?= 180
 LOAD_ARGS ?= --label after
 bench-load: build
 	. ./env.sh && python -m bench.load --seconds $(LOAD_SECONDS) $(LOAD_ARGS)
+
+bench-load-view: build
+	. ./env.sh && python -m bench.load_view --seconds $(LOAD_SECONDS)
 
 SPAVA_WORLD ?= 2
 bench-spava: setup
