@@ -47,7 +47,7 @@
 #                       (LOAD_ARGS="--raw 1 --jpeg 2 --label mine" for another load; about 5 minutes)
 #   make bench-load-view the same load twice, the memory's markers and sheet on (defaults) and off: ingest, CPU, ~/ask;
 #                       and the sheet's thumbnails' bytes at an hour of frames (1,800 and 3,600); into docs/bench/load.md
-#                       (LOAD_SECONDS each; about 2 x 4 minutes)
+#                       (LOAD_SECONDS each, LOAD_REPEATS times in ABBA order; about 2 x 4 minutes a repeat)
 #
 # Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
 # bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
@@ -171,8 +171,9 @@ LOAD_ARGS ?= --label after
 bench-load: build
 	. ./env.sh && python -m bench.load --seconds $(LOAD_SECONDS) $(LOAD_ARGS)
 
+LOAD_REPEATS ?= 1
 bench-load-view: build
-	. ./env.sh && python -m bench.load_view --seconds $(LOAD_SECONDS)
+	. ./env.sh && python -m bench.load_view --seconds $(LOAD_SECONDS) --repeats $(LOAD_REPEATS)
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

@@ -1,14 +1,15 @@
 """``make bench-load-view``: what the memory's drawing (issue 46: ``~/memory_markers``, ``~/memory_sheet``) costs the node.
 
-Two runs of ``bench/load.py``'s load, one after the other, with the same cameras and planner: the node's defaults
-(markers and sheet on), then ``markers.enabled: false`` and ``sheet.enabled: false``; one row each with frames
+Runs of ``bench/load.py``'s load, one after another, with the same cameras and planner: the node's defaults
+(markers and sheet on), then ``markers.enabled: false`` and ``sheet.enabled: false`` (``--repeats``: again, in ABBA
+order, so that the shared machine's drift weighs on both); one row a run with frames
 ingested, the ingest time per frame (``~/memory_stats``, p50 / p95), the node's CPU, ``~/ask``'s latency and RSS.
 Then the sheet's thumbnail store (``view/contact_sheet.py``'s ``Thumbnails``, the node's default ``sheet.*``) filled
 with an hour of one camera's sampled frames (1,800 at ``sample_fps`` 0.5, 3,600 at 1) of the load's frame sizes, all
 of them in memory: the bytes it holds against its cap, what they would be uncapped, the cost of keeping a thumbnail,
 and of drawing the sheet from that memory.
 
-    python -m bench.load_view [--seconds 180] [--frames 1800,3600] [bench.load's options] [--out docs/bench/load.md]
+    python -m bench.load_view [--seconds 180] [--repeats 1] [--frames 1800,3600] [bench.load's options] [--out docs/bench/load.md]
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _row(name: str, res: dict) -> list[str]:
 def render(rows: list[list[str]], costs: list[dict], machine, command: str, wall_s: float, params: dict) -> str:
     kib = lambda b: f"{b / 1024:,.0f} KiB"  # noqa: E731
     out = [f"### {LABEL}", "", run_table(machine, machine.torch_threads, f"`{command}`", wall_s, os.getloadavg()), "",
-           f"The same load twice, one after the other (node parameters besides the variant's: `{params}`); "
+           f"The same load with each variant, one run after another (node parameters besides the variant's: `{params}`); "
            "ingest per frame from `~/memory_stats` (its last 100 frames), CPU of the node process over the load.", "",
            table(["variant", "received", "sampled", "ingested", "ingest p50 / p95 (ms)", "node CPU", "~/ask answered",
                   "RSS at the end", "node up"], rows), "",
@@ -90,15 +91,17 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own = argparse.ArgumentParser(add_help=False)
     own.add_argument("--frames", default="1800,3600", help="sampled frames in the thumbnail store: an hour at 0.5 and 1 fps")
+    own.add_argument("--repeats", type=int, default=1, help="runs of each variant, in ABBA order (on, off, off, on, ...)")
     mine, rest = own.parse_known_args(argv)
     args = load.parser().parse_args(rest)
     command = "python -m bench.load_view " + " ".join(argv)
     machine, t0 = describe(load.REPO), time.monotonic()
     rows = []
-    for name, params in VARIANTS:
-        log(f"variant: {name}")
-        res = load.run(argparse.Namespace(**{**vars(args), "param": list(args.param) + params}))
-        rows.append(_row(name, res))
+    for k in range(mine.repeats):  # ABBA: a drift of the shared machine over the runs weighs on both variants alike
+        for name, params in VARIANTS[::-1] if k % 2 else VARIANTS:
+            log(f"variant: {name} (run {k + 1})")
+            res = load.run(argparse.Namespace(**{**vars(args), "param": list(args.param) + params}))
+            rows.append(_row(f"{name}, run {k + 1}" if mine.repeats > 1 else name, res))
     costs = [thumbnail_costs(int(n), w, h) for n in mine.frames.split(",")
              for w, h in ((args.raw_width, args.raw_height), (args.jpeg_width, args.jpeg_height))]
     section = render(rows, costs, machine, command, time.monotonic() - t0, dict(args.param))

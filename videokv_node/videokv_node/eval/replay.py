@@ -235,7 +235,7 @@ def replay(bag: ImageBag, video: VideoQuestions, target: BagTarget, writer: Resu
     error = None
     first_s = None  # bag time of the first image
     bar = tqdm(total=bag.message_count(relayed=True), unit="msg", desc=f"{video.video_id} via {target.via}", disable=not progress)
-    writer.track = writer.track or PoseTrack()  # the bag's odometry: the report's maps of evidence against truth
+    writer.track = PoseTrack()  # this bag's odometry: the report's maps of evidence against truth
     try:
         for image in bag.messages():
             if isinstance(image, BagMessage):  # odometry, tf, camera_info: passed on in its place, asked nothing
