@@ -7,6 +7,8 @@
 #                       (MODEL=tiny: the random-weight model, faster, answers meaningless)
 #   make bag            a robot's example bag (real footage, camera_info, odometry, tf; 2 min, ~9 MB mcap) and its
 #                       questions: bags/robot and bags/robot.json (BAG=DIR to write elsewhere; docs/OPERATIONS.md)
+#   make picture        the README's picture of the memory (docs/images/memory.png): make bag's drive replayed through
+#                       the node over DDS, ~/memory_markers seen from above beside ~/memory_sheet (about 1 minute)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
 #   make train-model    train videokv-tiny v6 (issue 43) from v5: the drawn-things head (minutes), then the decoder's
 #                       LoRA and projector on long contexts, resuming from records/videokv-tiny/v6-run1 where a run
@@ -43,6 +45,9 @@
 #   make bench-load     the node under a robot's camera load (3 raw 640x480 + 1 JPEG 1280x720 cameras at 15 Hz,
 #                       ~/ask every 2 s, ~/locate every 5 s) for LOAD_SECONDS (180); written to docs/bench/load.md
 #                       (LOAD_ARGS="--raw 1 --jpeg 2 --label mine" for another load; about 5 minutes)
+#   make bench-load-view the same load twice, the memory's markers and sheet on (defaults) and off: ingest, CPU, ~/ask;
+#                       and the sheet's thumbnails' bytes at an hour of frames (1,800 and 3,600); into docs/bench/load.md
+#                       (LOAD_SECONDS each, LOAD_REPEATS times in ABBA order; about 2 x 4 minutes a repeat)
 #
 # Every bench target writes its own page of docs/bench/ (bench-memory: memory.md, bench-accuracy: accuracy.md,
 # bench-long: long_stream.md, bench-options: options.md, ...), between its markers; docs/BENCHMARKS.md is the
@@ -72,7 +77,7 @@ TEST_WORKERS ?= 2
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load clean distclean
+.PHONY: setup build test docs demo bag picture train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load bench-load-view clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -92,6 +97,10 @@ BAG ?= bags/robot
 bag: setup
 	rm -rf $(BAG) && mkdir -p $(dir $(BAG))
 	. ./env.sh && python -m videokv_node.eval.make_bag --robot --out $(BAG) --questions $(BAG).json
+
+PICTURE ?= docs/images/memory.png
+picture: build
+	. ./env.sh && python -m videokv_node.programs.memory_picture --out $(PICTURE)
 
 demo: build
 	scripts/setup_footage.sh
@@ -161,6 +170,10 @@ LOAD_SECONDS ?= 180
 LOAD_ARGS ?= --label after
 bench-load: build
 	. ./env.sh && python -m bench.load --seconds $(LOAD_SECONDS) $(LOAD_ARGS)
+
+LOAD_REPEATS ?= 1
+bench-load-view: build
+	. ./env.sh && python -m bench.load_view --seconds $(LOAD_SECONDS) --repeats $(LOAD_REPEATS)
 
 SPAVA_WORLD ?= 2
 bench-spava: setup

@@ -276,7 +276,8 @@ def render(res: dict, args, machine, command: str, wall_s: float) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The load's options (``bench/load_view.py`` runs the same load with the view on and off)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=180.0, help="how long the cameras publish")
     p.add_argument("--raw", type=int, default=3, help="raw rgb8 cameras")
@@ -299,7 +300,11 @@ def main(argv=None) -> int:
     p.add_argument("--node-pythonpath", default="", help="run the node from this source tree (e.g. a base checkout's videokv_node/)")
     p.add_argument("--label", default="run", help="the section's title and marker in --out")
     p.add_argument("--out", default="docs/bench/load.md", help="markdown file under the repo, or - to print")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     command = "python -m bench.load " + " ".join(argv if argv is not None else sys.argv[1:])
     machine, t0 = describe(REPO), time.monotonic()
     res = run(args)

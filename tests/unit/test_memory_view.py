@@ -153,7 +153,7 @@ def test_the_sheet_shows_the_newest_frames_first_within_its_byte_cap():
     roomy = render_sheet(view, thumbs, SheetSettings(thumbnail_width=64, max_frames=6, columns=3, max_bytes=1 << 20))
     assert roomy.frames == 6 and roomy.quality == 80  # room enough: every frame at the set quality
     assert render_sheet(view, Thumbnails(1 << 20, 64), s) is None  # no thumbnail of a frame in memory
-    assert caption(frame_view(3, words=("dog", "car"), span_s=2.0), 9 * NS) == ("3.00 (-6.0 s)", "still 2.0 s", "dog, car")
+    assert caption(frame_view(3, words=("dog", "car"), span_s=2.0), 9 * NS) == ("-6.0 s 00:00:03", "still 2.0 s", "dog, car")
     assert caption(frame_view(3, tier=OFFLOADED), 3 * NS)[1] == "host"
 
 

@@ -83,7 +83,9 @@ def test_preset_defaults_and_the_eval_path_agree_with_the_node_mapping():
     settings = engine_settings({"memory.preset": "paper", "memory.policy": "hermes", "memory.hermes.chunk_frames": 4})
     assert settings.memory.budget_tokens == 4096 and settings.memory.hermes.chunk_frames == 4
     assert known_parameters() == set(model_defaults()) | {n for n in parameters() if n.startswith(("sample_", "memory.", "max_new", "answer."))} | {
-        n for n in parameters(("pose",))}  # poses: passed on to the node (--via ros), not read by the engine
+        n for n in parameters(("pose", "markers", "sheet"))}  # poses, the drawing: passed on to the node (--via ros), not read by the engine
+    with pytest.raises(ConfigError, match="markers.rate_hz must be in"):
+        engine_settings({"markers.rate_hz": 50.0})  # refused before a node is started
 
 
 def test_the_eval_cli_takes_the_node_model_defaults():

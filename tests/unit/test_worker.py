@@ -10,7 +10,7 @@ import pytest
 from videokv_node.memory.question import Frame, Question, RequestError
 from videokv_node.pose import Pose, yaw_quaternion
 from tests.unit.staged_engine import StagedIngest
-from videokv_node.runtime.worker import ModelWorker, WorkerBusy, WorkerStopped
+from videokv_node.runtime.worker import MAX_PEEKS, ModelWorker, WorkerBusy, WorkerStopped
 
 
 class RecordingEngine(StagedIngest):
@@ -154,6 +154,32 @@ def test_too_many_waiting_questions_are_refused_and_errors_reach_the_caller():
         assert first.result(5) == "A"
         with pytest.raises(RequestError, match="empty"):
             second.result(5)
+    finally:
+        worker.stop()
+
+
+def test_a_views_read_takes_no_planners_slot_and_is_bounded_on_its_own():
+    """The memory view reads the memory about once a second (``peek``): while it waits, planners still get every
+    one of ``max_pending_jobs``; reads past ``MAX_PEEKS`` are refused on their own; both run between frames, in order."""
+    engine = RecordingEngine()
+    worker = ModelWorker(engine, queue_size=4, max_pending_jobs=2, max_batch=1)
+    try:
+        worker.submit_frame(frame(0))
+        assert engine.started.wait(5)  # frame 0 is being ingested: everything below waits
+        worker.submit_frame(frame(1))
+        reads = [worker.peek(lambda: engine.calls.append("view") or "read") for _ in range(MAX_PEEKS)]
+        assert worker.pending_jobs == 0 and not worker.busy  # the ~/ask goal callback admits questions
+        with pytest.raises(WorkerBusy, match="reads of the memory's view"):
+            worker.peek(lambda: None)
+        questions = [worker.ask(Question("a")), worker.ask(Question("b"))]
+        assert worker.pending_jobs == 2 and worker.busy
+        with pytest.raises(WorkerBusy, match="max_pending_questions"):
+            worker.ask(Question("c"))
+        engine.gate.set()
+        assert [r.result(5) for r in reads] == ["read"] * MAX_PEEKS and [q.result(5) for q in questions] == ["A", "B"]
+        assert engine.calls[:1 + MAX_PEEKS + 2] == ["frame 0"] + ["view"] * MAX_PEEKS + ["ask a", "ask b"]
+        assert not worker.busy
+        worker.peek(lambda: None).result(5)  # a slot of its own again once the others ran
     finally:
         worker.stop()
 

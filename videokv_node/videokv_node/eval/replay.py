@@ -23,6 +23,7 @@ import time
 from tqdm import tqdm
 
 from videokv_node.eval.bag_io import BagError, BagImage, BagMessage, ImageBag
+from videokv_node.eval.evidence_map import PoseTrack
 from videokv_node.eval.questions import EvalQuestion, VideoQuestions
 from videokv_node.eval.grounding import in_span, span_recall, spans_ns
 from videokv_node.eval.recall import needle_recall, needle_token_share
@@ -206,7 +207,7 @@ def _ask(target: EvalTarget, video_id: str, q: EvalQuestion, writer: ResultWrite
         question_type=q.question_type, stream_time_s=q.end_time, method=reply.method,
         needle_recall=recall, needle_recall_layers=recall_layers, needle_token_share=token_share,
         span_recall=span_recall(reply.evidence_ns, spans), in_span=in_span(reply.evidence_ns, spans),
-        evidence_poses=reply.evidence_poses,
+        evidence_poses=reply.evidence_poses, truth_stamps=needles, truth_spans=spans,
     ))
 
 
@@ -234,9 +235,11 @@ def replay(bag: ImageBag, video: VideoQuestions, target: BagTarget, writer: Resu
     error = None
     first_s = None  # bag time of the first image
     bar = tqdm(total=bag.message_count(relayed=True), unit="msg", desc=f"{video.video_id} via {target.via}", disable=not progress)
+    writer.track = PoseTrack()  # this bag's odometry: the report's maps of evidence against truth
     try:
         for image in bag.messages():
             if isinstance(image, BagMessage):  # odometry, tf, camera_info: passed on in its place, asked nothing
+                writer.track.add(image)
                 target.relay(image)
                 bar.update(1)
                 continue

@@ -56,6 +56,8 @@ class QuestionResult:
     span_recall: float | None = None  # share of the ground-truth time spans holding an evidence frame (eval/grounding.py)
     in_span: float | None = None  # share of the evidence frames inside a ground-truth span; None: no spans
     evidence_poses: list[tuple[float, float, float] | None] | None = None  # per evidence stamp (x, y, yaw) or None; None: no poses
+    truth_stamps: list[int] = field(default_factory=list)  # the truth's frames (ns) for the report's map; not a column
+    truth_spans: list[tuple[int, int]] = field(default_factory=list)  # the truth's spans (ns) for the map; not a column
 
     def csv_row(self) -> list[str]:
         values = dataclasses.asdict(self)
@@ -115,6 +117,7 @@ class ResultWriter:
         self._csv.writerow(COLUMNS + EXTRA_COLUMNS)
         self._csv_file.flush()
         self._skip_file = open(self.out_dir / "skipped.jsonl", "w", encoding="utf-8")
+        self.track = None  # eval/evidence_map.py's PoseTrack: the bag's odometry, set by the replay; maps where it has poses
         self.finished = False
 
     def add(self, row: QuestionResult) -> None:
@@ -181,7 +184,7 @@ class ResultWriter:
         summary.update(_jsonable(extra or {}))
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         plots = self._plots(summary)
-        (self.out_dir / "report.md").write_text(_report(summary, plots))
+        (self.out_dir / "report.md").write_text(_report(summary, plots, self._maps()))
         return summary
 
     def _plots(self, summary: dict) -> list[tuple[str, str]]:
@@ -221,6 +224,23 @@ class ResultWriter:
             ax.set_title("Memory over the stream")
             ax.legend()
             made.append(self._save(fig, "memory.png", "Memory over stream time"))
+        return made
+
+    def _maps(self) -> list[tuple[str, str]]:
+        """Per answered question with a truth, a small map of its evidence against the truth (eval/evidence_map.py), where
+        the bag had odometry: (file, caption)."""
+        if self.track is None or len(self.track) < 2:
+            return []
+        from videokv_node.eval.evidence_map import draw_map, question_map
+
+        made = []
+        for i, r in enumerate(self.rows):
+            if not (r.truth_stamps or r.truth_spans):
+                continue
+            qm = question_map(f"{i + 1}. {r.question}", r.evidence_stamps, r.truth_stamps, r.truth_spans, self.track)
+            near = "n/a" if qm.nearest_m is None else f"{qm.nearest_m:.2f} m"
+            made.append(self._save(draw_map(qm), f"map_{i + 1:03d}.png",
+                                   f"{i + 1}. {r.question} (answered {r.prediction!r}; nearest evidence to the truth: {near})"))
         return made
 
     def _save(self, fig, name: str, title: str) -> tuple[str, str]:
@@ -264,7 +284,7 @@ def _fmt(value, scale: float = 1.0, unit: str = "") -> str:
     return "n/a" if value is None else f"{value * scale:.1f}{unit}"
 
 
-def _report(summary: dict, plots: list[tuple[str, str]]) -> str:
+def _report(summary: dict, plots: list[tuple[str, str]], maps: list[tuple[str, str]] = ()) -> str:
     cfg = summary["config"]
     acc = summary["accuracy"]
     lines = [
@@ -289,6 +309,10 @@ def _report(summary: dict, plots: list[tuple[str, str]]) -> str:
         lines += [f"| {t} | {v['accuracy']:.3f} | {v['n']} |" for t, v in summary["accuracy_per_question_type"].items()]
         lines.append("")
     lines += [f"![{title}]({name})\n" for name, title in plots]
+    if maps:
+        lines += ["## Where the evidence was seen", "", "Per question, on the bag's odometry: the path (grey), where the "
+                  "truth was in view (green squares) and where the answer's evidence frames were taken (red crosses).", ""]
+        lines += [f"{title}\n\n![{title}]({name})\n" for name, title in maps]
     if summary["skipped"]:
         lines += ["## Skipped questions", ""]
         lines += [f"- {s['video_id']}: {s['question']!r}: {s['reason']}" for s in summary["skipped"][:50]]

@@ -19,8 +19,9 @@ from videokv_node.settings import ENGINE_SECTIONS, build_sections, defaults_for,
 
 
 # Sections an evaluation accepts and passes on to the node (``--via ros``) that the engine does not read:
-# poses (``pose_topic`` ..., so that a bag's odometry or tf, which the replay passes on, gives the answers' poses).
-NODE_SECTIONS = ("pose",)
+# poses (``pose_topic`` ..., so that a bag's odometry or tf, which the replay passes on, gives the answers' poses), and
+# the memory's drawing (``markers.*``, ``sheet.*``: a replay that records ``~/memory_markers``, programs/memory_capture.py).
+NODE_SECTIONS = ("pose", "markers", "sheet")
 
 
 def _defaults() -> dict[str, object]:

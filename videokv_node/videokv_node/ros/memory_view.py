@@ -142,7 +142,7 @@ class MemoryViewPublishers:
         future = None
         try:
             worker = node.active_worker()
-            future = worker.call(lambda: read_view(worker.engine.store), read_only=True)
+            future = worker.peek(lambda: read_view(worker.engine.store))  # never a planner's slot
             return future.result(timeout=VIEW_WAIT_S)
         except (WorkerBusy, WorkerStopped):
             return None

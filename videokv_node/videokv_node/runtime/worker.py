@@ -37,6 +37,11 @@ class _Job:
     run: Callable[[], Any]
     future: Future
     read_only: bool = False  # changes no memory (a question, a locate): may run between two frames of a batch
+    counted: bool = True  # takes a slot of max_pending_jobs; False: a view's read (``peek``), bounded by MAX_PEEKS
+
+
+# Views' reads (``peek``) waiting at once, besides the requests: the memory view's timer has one at a time.
+MAX_PEEKS = 2
 
 
 class ModelWorker:
@@ -72,7 +77,8 @@ class ModelWorker:
 
     Invariants: the frame queue never holds more than ``queue_size`` frames
     (the oldest is dropped and counted when a new one arrives); at most
-    ``max_pending_jobs`` questions/resets wait; after ``stop()`` returns the
+    ``max_pending_jobs`` questions/resets/calls wait, and besides them at most ``MAX_PEEKS`` reads of a view
+    (``peek``: never counted against the planners' slots); after ``stop()`` returns the
     thread has exited and every pending future is failed with WorkerStopped.
     """
 
@@ -150,14 +156,23 @@ class ModelWorker:
         it changes no memory (``engine.locate``), so it may run between two frames of a batch."""
         return self._submit(run, read_only)
 
-    def _submit(self, run: Callable[[], Any], read_only: bool = False) -> Future:
+    def peek(self, run: Callable[[], Any]) -> Future:
+        """Run a quick read-only ``run()`` (the memory view's ``read_view``) between two frames, like a read-only
+        ``call``, but without taking one of the ``max_pending_jobs`` slots planners' questions wait in: at most
+        ``MAX_PEEKS`` wait besides them (WorkerBusy past that), so a view never refuses a question."""
+        return self._submit(run, read_only=True, counted=False)
+
+    def _submit(self, run: Callable[[], Any], read_only: bool = False, counted: bool = True) -> Future:
         future: Future = Future()
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("worker stopped")
-            if len(self._jobs) >= self.max_pending_jobs:
-                raise WorkerBusy(f"{len(self._jobs)} requests already waiting (max_pending_questions)")
-            self._jobs.append(_Job(run, future, read_only))
+            waiting = sum(j.counted == counted for j in self._jobs)  # a few jobs at most
+            if counted and waiting >= self.max_pending_jobs:
+                raise WorkerBusy(f"{waiting} requests already waiting (max_pending_questions)")
+            if not counted and waiting >= MAX_PEEKS:
+                raise WorkerBusy(f"{waiting} reads of the memory's view already waiting")
+            self._jobs.append(_Job(run, future, read_only, counted))
             self._cond.notify()
         return future
 
@@ -178,13 +193,15 @@ class ModelWorker:
 
     @property
     def pending_jobs(self) -> int:
-        """Questions/resets/calls queued and not yet started (a snapshot: it may change at once)."""
-        return len(self._jobs)
+        """Questions/resets/calls queued and not yet started, views' reads (``peek``) not counted (a snapshot: it
+        may change at once)."""
+        with self._cond:
+            return sum(j.counted for j in self._jobs)
 
     @property
     def busy(self) -> bool:
         """True while a new question would be refused with WorkerBusy (read-only hint for admission)."""
-        return len(self._jobs) >= self.max_pending_jobs
+        return self.pending_jobs >= self.max_pending_jobs
 
     # --- the worker thread ------------------------------------------------
     def _run(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -96,9 +97,10 @@ class Sheet:
 
 
 def caption(f: FrameView, newest_ns: int) -> tuple[str, str, str]:
-    """The three lines under a thumbnail: its stamp (seconds, and seconds before the newest frame held), its still
-    span and where its KV lives, its words."""
-    stamp = f"{f.stamp_ns / 1e9:.2f} (-{(newest_ns - f.stamp_ns) / 1e9:.1f} s)"
+    """The three lines under a thumbnail: its age (seconds before the newest frame held) and stamp (UTC time of day),
+    its still span and where its KV lives, its words."""
+    # Age first, then the stamp's UTC time of day: a thumbnail's line holds about 16 characters (epoch seconds took them all)
+    stamp = f"-{(newest_ns - f.stamp_ns) / 1e9:.1f} s {time.strftime('%H:%M:%S', time.gmtime(f.stamp_ns // 1_000_000_000))}"
     span = f"still {(f.span_end_ns - f.stamps_ns[-1]) / 1e9:.1f} s" if f.span_end_ns else ""
     if len(f.stamps_ns) > 1:
         span = f"{len(f.stamps_ns)} frames " + span

@@ -1,7 +1,7 @@
 """The memory read as plain records (``MemoryView``): what the markers and the contact sheet are drawn from.
 
 ``read_view`` is the one place that reads the block store; the node runs it on the model worker (a
-read-only job, between two frames: ``ModelWorker.call(..., read_only=True)``), since only that thread
+read-only job, between two frames, that takes no planner's slot: ``ModelWorker.peek``), since only that thread
 touches the engine. It copies a few numbers and references per block (no tensor is read), so it
 costs microseconds a block; everything drawn from the view is built afterwards, off the worker.
 """
