@@ -26,7 +26,7 @@ import torch
 
 from bench import report
 from bench.accuracy import load_model
-from bench.long_stream import wilson
+from bench.long_stream_report import wilson
 from bench.machine import describe
 from bench.report import log
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine

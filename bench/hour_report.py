@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from bench.hour_rows import Row
-from bench.long_stream import wilson
+from bench.long_stream_report import wilson
 from bench.report import run_table, size, table
 from videokv_node.eval.hour_questions import KINDS
 

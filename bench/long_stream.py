@@ -58,13 +58,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import shlex
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -72,10 +69,11 @@ import torch
 from bench import report
 from bench.accuracy import OFFLOAD_BYTES, POLICIES, load_model, memory_config, stream_frames
 from bench.machine import describe
-from bench.report import load_text, log, table
-from videokv_node.eval.needles import NeedleStream, make_streams
+from bench.long_stream_report import THREADS, Row, render
+from bench.report import log
+from videokv_node.eval.needles import make_streams
 from videokv_node.eval.recall import frames_touched, needle_recall, needle_token_share
-from videokv_node.eval.visual_needles import VisualNeedleStream, make_visual_streams
+from videokv_node.eval.visual_needles import make_visual_streams
 from videokv_node.memory import GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
 from videokv_node.memory.config import PRESETS
 from videokv_node.memory.records.presets import preset_values
@@ -94,7 +92,6 @@ DOC = "docs/bench/long_stream.md"  # the page holding both models' MARKERS, rela
 STREAMS = 8  # x 8 questions = 64 per cell (text); visual streams have 4 questions each
 VISUAL_STREAMS = 16
 CEILING_DISTRACTORS = 4
-THREADS = 1  # see bench/accuracy.py
 REFERENCE_ROWS = ("full", "ceiling", "recency")  # what --without may leave out
 # Values a cell sets to fit its budget to the stream: they win over a preset's (explicit values win).
 CELL_KEYS = frozenset({"budget_tokens", "local_window_tokens", "retrieve_frames", "streamkv.retrieve_frames",
@@ -102,30 +99,7 @@ CELL_KEYS = frozenset({"budget_tokens", "local_window_tokens", "retrieve_frames"
                        "rekv.rerank"})  # rekv / rekv+shared / rekv+rerank: the row's
 
 
-@dataclass(slots=True)
-class Row:
-    label: str
-    frames: int  # frames of tokens the question attends to (besides the sink)
-    correct: list[bool] = field(default_factory=list)
-    all_needles: list[bool] = field(default_factory=list)  # every needle attended in some layer
-    layer_recall: list[float] = field(default_factory=list)  # mean per-layer share of needles attended
-    token_share: list[float] = field(default_factory=list)  # mean per-layer share of the needles' tokens attended
-    touched: list[float] = field(default_factory=list)  # frames with any token attended, mean over layers
-    ttft_s: list[float] = field(default_factory=list)
-    details: list[dict] = field(default_factory=list)  # per question, for --details
-
-
 MERGED = ("correct", "all_needles", "layer_recall", "token_share", "touched", "ttft_s", "details")
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a binomial proportion k/n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def ceiling_frames(stream, frames: list) -> list:
@@ -238,52 +212,6 @@ def run_parallel(model: str, streams: list, budgets: tuple[float, ...], policies
             for name in MERGED:
                 getattr(into, name).extend(getattr(row, name))
     return merged
-
-
-def render(results: dict[int, list[Row]], info: dict) -> str:
-    mc = info["machine"]
-    header = table(["", ""], [
-        ["CPU", f"{mc.cpu}, {mc.cores} logical cores (torch uses {THREADS} thread)"],
-        ["device", f"{info['device']} ({mc.gpu}), float32"],
-        ["software", f"Python {mc.python}, torch {mc.torch}, transformers {mc.transformers}"],
-        ["model", info["model"]],
-        ["code", f"git {mc.commit}"],
-        ["command", f"`{info['command']}` (niceness {info['niceness']}, seed {info['seed']})"],
-        ["date", mc.date],
-        ["run time", f"{info['wall_s']:.0f} s wall"],
-        ["load average 1/5/15 min", f"{load_text(mc.load_start)} at start, {load_text(info['load_end'])} at end"],
-    ])
-    parts = []
-    for n, rows in results.items():
-        body = []
-        for r in rows:
-            k, m = sum(r.correct), len(r.correct)
-            lo, hi = wilson(k, m)
-            right_attended = sum(c for c, a in zip(r.correct, r.all_needles) if a)
-            body.append([r.label, str(r.frames), f"{k}/{m} = {k / m:.0%} [{lo:.0%}, {hi:.0%}]",
-                         f"{sum(r.all_needles)}/{m}", f"{statistics.mean(r.layer_recall):.2f}",
-                         f"{statistics.mean(r.token_share):.2f}", f"{statistics.mean(r.touched):.1f}",
-                         f"{right_attended}/{sum(r.all_needles)}", f"{1e3 * statistics.median(r.ttft_s):.0f}"])
-        head = ["row", "frames in context", "accuracy [95% Wilson]", "needles all attended (any layer)",
-                "needle recall, mean share of layers", "needle tokens kept, mean share of layers",
-                "frames touched per layer (mean)", "right when all attended",
-                "TTFT ms (p50)"]
-        parts.append(f"### {n} frames a stream\n\n{table(head, body)}")
-    tables = "\n\n".join(parts)
-    return f"""## Results: long streams, accuracy and needle recall ({info['title']})
-
-Generated by the command below; regenerate rather than edit. Method: `bench/long_stream.py` (module doc).
-
-{header}
-
-{info['streams']} streams per length, {info['questions']} questions per row and length, asked after the
-last frame; multiple choice by likelihood (the node's default). Budgets are shares of the stream's frames
-attended by the question. Presets: {info['presets']} (`robot`: bench/accuracy.py's `memory_config`; `paper`: the
-same cell with each seed's mechanisms and values from `memory/records/presets.py` except what the cell sets to fit the
-budget: see `bench/long_stream.py`).
-
-{tables}
-"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,7 +42,7 @@ import torch
 
 from videokv_node.models.llava_onevision import LlavaOnevisionAdapter
 
-from bench import bound, memory_policies, real_size, report, tiny, vision_backends
+from bench import bound, memory_policies, memory_report, real_size, report, tiny, vision_backends
 from bench.machine import Machine, describe
 from bench.report import Run, log, render, update_document
 
@@ -145,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         measured = parts.run(
             "memory policies", memory_policies.measure, adapter, plan.memory_lengths, plan.memory_repeats, args.seed, log
         )
-        info = memory_policies.RunInfo(
+        info = memory_report.RunInfo(
             command=command, quick=args.quick, seed=args.seed, machine=at_start, load_end=os.getloadavg(),
             wall_s=parts.wall_s["memory policies"], cpu_s=parts.cpu_s["memory policies"],
         )
-        emit(page(args.out, memory_policies.DOC), memory_policies.render(measured, info), memory_policies.update_document)
+        emit(page(args.out, memory_policies.DOC), memory_report.render(measured, info), memory_policies.update_document)
         record["memory"] = asdict(measured)
     if args.part in ("all", "vision"):
         log("vision backends ...")

@@ -20,8 +20,6 @@ The section lies between ``BEGIN`` and ``END`` in ``DOC`` (docs/bench/scaling.md
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import statistics
 import time
 from dataclasses import dataclass
@@ -258,7 +256,7 @@ def run_big(n_frames: int, log) -> list[BigRow]:
 def render(rows: list[Row], probe: dict[str, float], big: list[BigRow], n_frames: int, big_frames: int, command: str,
            wall_s: float, machine) -> str:
     end = f"{n_frames // 1000}k" if n_frames % 1000 == 0 else str(n_frames)
-    head = ["policy", f"ingest {end} / 1k", f"TTFT (multiple choice) {end} / 100", f"TTFT at {end}", f"TTFT at 100",
+    head = ["policy", f"ingest {end} / 1k", f"TTFT (multiple choice) {end} / 100", f"TTFT at {end}", "TTFT at 100",
             f"ingest ms at 1k / {end}", f"blocks held at {end}"]
     t1 = [[r.policy, f"{r.ingest_end_ms / r.ingest_mid_ms:.2f}x", f"{r.ttft_end_ms / r.ttft_early_ms:.2f}x",
            f"{r.ttft_end_ms:.1f} ms", f"{r.ttft_early_ms:.1f} ms", f"{r.ingest_mid_ms:.2f} / {r.ingest_end_ms:.2f}",

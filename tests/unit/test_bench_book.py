@@ -54,7 +54,9 @@ def test_every_span_on_the_pages_has_a_writer():
     assert found == named
 
 
-def test_front_page_holds_no_generated_span():
+def test_front_page_holds_only_the_headline_span():
+    """Runs write their pages; the front page's one generated span is the headline table read from them
+    (bench/headline.py, issue 45), the rest of it hand-written."""
     front = (REPO / "docs" / "BENCHMARKS.md").read_text()
-    assert not re.search(r"<!-- [\w:-]+:(begin|end)\b", front)
+    assert re.findall(r"<!-- [\w:-]+:(?:begin|end)\b", front) == ["<!-- bench:headline:begin", "<!-- bench:headline:end"]
     assert len(front.splitlines()) <= 320  # a front page, not a lab notebook

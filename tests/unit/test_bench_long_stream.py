@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench import long_stream
+from bench import long_stream, long_stream_report
 from videokv_node.eval.needles import make_streams
 from videokv_node.memory.config import POLICIES
 from bench.accuracy import stream_frames
@@ -15,9 +15,9 @@ from bench.accuracy import stream_frames
 
 def test_wilson_by_hand():
     # k=8, n=10, z=1.96: centre (0.8 + 0.19208) / 1.38416 = 0.71679; half 1.96 * sqrt(0.016 + 0.0096040) / 1.38416 = 0.22657
-    lo, hi = long_stream.wilson(8, 10)
+    lo, hi = long_stream_report.wilson(8, 10)
     assert lo == pytest.approx(0.49022, abs=1e-4) and hi == pytest.approx(0.94336, abs=1e-4)
-    assert long_stream.wilson(0, 10)[0] == 0.0 and long_stream.wilson(10, 10)[1] == 1.0
+    assert long_stream_report.wilson(0, 10)[0] == 0.0 and long_stream_report.wilson(10, 10)[1] == 1.0
 
 
 def test_the_ceiling_keeps_the_needles_and_four_distractors_in_time_order():
