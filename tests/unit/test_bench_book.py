@@ -1,6 +1,7 @@
 """The benchmark book (issue 35): every generated section lives on its own page of docs/bench/, between
-the markers its writer replaces, and the front page docs/BENCHMARKS.md holds no generated span, so that
-``make bench*`` rewrites the detail pages and never the front page."""
+the markers its writer replaces, and the front page docs/BENCHMARKS.md holds one generated span, the headline
+table ``bench.headline`` reads from the pages, so that ``make bench*`` rewrites the detail pages and never the
+front page."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import accuracy, grounding, hour_report, hour_ros, locate_things, long_stream, memory_policies, report, scaling, snapshots, spava_prefill, still, things, things_hour, vision_backends
+from bench import accuracy, grounding, hour_report, hour_ros, load, locate_things, long_stream, memory_policies, report, scaling, snapshots, spava_prefill, still, things, things_hour, vision_backends
 from videokv_node.tinyvlm import option_wording
 from videokv_node.tinyvlm import report as tiny_report
 
@@ -37,6 +38,7 @@ SPANS = [
     (still.DOC, *still.MARKERS),
     (things.DOC, *things.MARKERS),
     (things_hour.DOC, *things_hour.MARKERS),
+    ("docs/bench/load.md", *load.LATEST),
 ]
 
 
