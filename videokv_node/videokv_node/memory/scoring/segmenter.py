@@ -229,7 +229,7 @@ class SemanticSegmenter:
             raise ValueError(f"the open segment's features are {None if features is None else tuple(features.shape)}, want ({n}, {shape})")
         if last_frame is not None and tuple(last_frame.shape) != shape:
             raise ValueError(f"the last frame is {tuple(last_frame.shape)}, want {shape}")
-        rows = [] if features is None else list(features)  # features[i]; None only without members (checked above)
+        rows = list(features) if n and features is not None else []  # features[i]; not None with members (checked above)
         members, ids = [], []
         for i, m in enumerate(members_meta):
             item_ids = [int(x) for x in m["item_ids"]]
