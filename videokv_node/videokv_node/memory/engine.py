@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import torch
@@ -113,7 +113,7 @@ class VideoMemoryEngine:
     @property
     def sink(self) -> Sink | None:
         """The prompt sink's K/V (``ModelRunner.sink``); None once closed."""
-        return self.runner.sink
+        return self.runner.held_sink
 
     @property
     def resident(self) -> ResidentCache | None:
@@ -126,14 +126,15 @@ class VideoMemoryEngine:
     def check_budget(self, memory: MemoryConfig) -> None:
         """Raise ConfigError unless ``memory.budget_tokens`` holds the prompt sink, the local window
         and one frame, and meets the policy's own rule (HERMES: a chunk); reads only, any thread."""
-        need = self.sink.n_tokens + memory.local_window_tokens + self.adapter.tokens_per_frame
+        sink = self.runner.sink.n_tokens  # RuntimeError once closed
+        need = sink + memory.local_window_tokens + self.adapter.tokens_per_frame
         # What the store may hold per layer (HERMES' script rule: its budget + a chunk, the sink apart).
-        if self.policy.resident_tokens(memory.budget_tokens, self.sink.n_tokens) < need - self.sink.n_tokens:
+        if self.policy.resident_tokens(memory.budget_tokens, sink) < need - sink:
             raise ConfigError(
-                f"memory.budget_tokens ({memory.budget_tokens}) must hold the prompt sink ({self.sink.n_tokens}), "
+                f"memory.budget_tokens ({memory.budget_tokens}) must hold the prompt sink ({sink}), "
                 f"the local window ({memory.local_window_tokens}) and one frame ({self.adapter.tokens_per_frame}): >= {need}"
             )
-        self.policy.check_budget(memory.budget_tokens, self.sink.n_tokens)
+        self.policy.check_budget(memory.budget_tokens, sink)
 
     def reconfigure(self, memory: MemoryConfig, generation: GenerationConfig | None = None) -> None:
         """Adopt a new memory (and generation) config between two frames; the engine's thread only.
@@ -217,7 +218,7 @@ class VideoMemoryEngine:
         ``read_alone``."""
         return self.locator.locate(query, self.read_alone)
 
-    def read_alone(self, blocks: list[FrameBlock], text: str) -> list[float]:
+    def read_alone(self, blocks: Sequence[FrameBlock], text: str) -> list[float]:
         """``PolicyHost.read_alone``: per block, the mean log-probability per token of ``text``'s subject as the
         answer to ``answer.locate_prompt`` about that block alone (``ModelRunner.read_alone``)."""
         return self.runner.read_alone(blocks, self.generation.answer.locate_prompt, text)
@@ -293,7 +294,8 @@ class VideoMemoryEngine:
         """Release device and host memory."""
         self.reset()
         self.store.arena = None
-        self.runner.sink = self.host.sink = None  # the policy's view of it too
+        self.runner.release_sink()
+        self.host.held_sink = None  # the policy's view of it too
         self.runner.resident = None
         if self.adapter.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -163,7 +163,7 @@ def build_blocks(adapter: VideoLLMAdapter, job: EncodeJob, positions: list[torch
         sl = slice(at, at + t)
         at += t
         index = torch.arange(t)
-        layers = [
+        layers: list[LayerKV | None] = [  # FrameBlock.layers: None where a layer's tokens are dropped later
             LayerKV(index=index, logical=pos, keys=keys[l, :, sl].clone(), values=values[l, :, sl].clone())
             for l in range(keys.shape[0])
         ]

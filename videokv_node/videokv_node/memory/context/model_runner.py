@@ -48,7 +48,8 @@ class ModelRunner:
 
     Guarantees: block ids only increase (``new_block_id``, encoding), provisional blocks spend none; nothing
     here adds to or removes from the store; ``resident`` (the cache kept placed for ``full`` and ``hermes``,
-    ``context/resident_cache.py``) is the only cache kept between calls. ``sink`` is None once closed."""
+    ``context/resident_cache.py``) is the only cache kept between calls. ``sink`` raises once closed
+    (``release_sink``): nothing runs the model after ``close``."""
 
     def __init__(self, adapter: VideoLLMAdapter, store: BlockStore, plan: EncodingPlan, tables: FrameTables) -> None:
         self.adapter = adapter
@@ -56,8 +57,24 @@ class ModelRunner:
         self.plan = plan  # the policy, as far as encoding goes
         self.tables = tables  # the frames' poses, read when a block is made
         self.next_block_id = 0  # the id the next block gets; changed by new_block_id, encoding and a restore
-        self.sink: Sink | None = self._encode_sink()
+        self._sink: Sink | None = self._encode_sink()  # None once released (the engine's ``close``)
         self.resident: ResidentCache | None = None  # set by the engine where the policy keeps its context placed
+
+    @property
+    def sink(self) -> Sink:
+        """The prompt sink's K/V (L, H, S, D); RuntimeError once released (a closed engine)."""
+        if self._sink is None:
+            raise RuntimeError("the prompt sink was released: the engine is closed")
+        return self._sink
+
+    @property
+    def held_sink(self) -> Sink | None:
+        """The prompt sink, or None once released: for readers that outlive ``close`` (the stats)."""
+        return self._sink
+
+    def release_sink(self) -> None:
+        """Drop the prompt sink's K/V (the engine's ``close``); every pass after it raises."""
+        self._sink = None
 
     @torch.inference_mode()
     def _encode_sink(self) -> Sink:
@@ -183,7 +200,8 @@ class ModelRunner:
         feed = adapter.question_ids(prompt, []) + cont[:-1]  # the last token's successor is never needed
         embeds = adapter.embed_tokens(feed)
         n_layers = adapter.geometry.n_layers
-        plans, groups = [], {}
+        plans: list[tuple[list[list[FrameBlock]], Targets]] = []
+        groups: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (tokens per layer, next position) -> blocks
         for i, block in enumerate(blocks):
             per_layer, targets, next_pos = self.plan_of([block])
             plans.append((per_layer, targets))
@@ -200,6 +218,8 @@ class ModelRunner:
                     layers.append((torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv])))
                 logits = adapter.forward(embeds.expand(len(rows), -1, -1), adapter.text_positions(next_pos, len(feed)),
                                          DynamicCache(ddp_cache_data=layers), n_logits=len(cont))
+                if logits is None:  # asked for (logits=True): None would be the adapter's bug
+                    raise RuntimeError("the adapter returned no logits for a re-read")
                 logits = logits.reshape(len(rows), len(cont), -1)
                 for row, i in enumerate(rows):  # one row at a time in float64: (n, vocab) each
                     out[i] = float(torch.log_softmax(logits[row].double(), dim=-1).gather(1, picked).mean())

@@ -93,13 +93,13 @@ class ResidentCache:
         placed = []
         rotate: list[tuple[FrameBlock, int, torch.Tensor]] = []
         for block, target in zip(blocks, targets):
-            kv = block.layers[layer]
+            kv = block.kept(layer)
             t = kv.n_tokens
             prev = old.get(block.block_id)
             same_tokens = prev is not None and prev.block is block and prev.kv is kv and prev.src is kv.keys
             # Moved down (blocks before it left): copy within the buffer, no rotation. A copy reads rows no
             # earlier step of this sync wrote (they all lie below ``at``); a block moved up is rewritten instead.
-            if same_tokens and prev.offset >= at and torch.equal(prev.target, target):
+            if prev is not None and same_tokens and prev.offset >= at and torch.equal(prev.target, target):
                 if prev.offset != at:
                     k_buf[0, :, at : at + t] = k_buf[0, :, prev.offset : prev.offset + t].clone()
                     v_buf[0, :, at : at + t] = v_buf[0, :, prev.offset : prev.offset + t].clone()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -52,7 +53,7 @@ class Sink:
 
 def stored_positions(block: FrameBlock, layer: int) -> torch.Tensor:
     """(P, t) positions the kept keys of ``block`` in ``layer`` are rotated at."""
-    kv = block.layers[layer]
+    kv = block.kept(layer)
     if kv.n_tokens == block.n_tokens:  # nothing dropped: the index is 0..T-1 (ascending, unique)
         return block.positions
     return block.positions[:, kv.index]
@@ -75,7 +76,7 @@ def pack_layout(adapter: VideoLLMAdapter, sink_len: int, per_layer: Sequence[Seq
 
 def logical_layout(sink_len: int, per_layer: Sequence[Sequence[FrameBlock]]) -> tuple[Targets, int]:
     """Tokens stay at their logical positions (HERMES' lazy re-indexing); next position after the largest."""
-    targets = [[b.layers[layer].logical for b in blocks] for layer, blocks in enumerate(per_layer)]
+    targets = [[b.kept(layer).logical for b in blocks] for layer, blocks in enumerate(per_layer)]
     # One reduction per layer, not one per block: this runs for every frame and question.
     end = max((int(torch.cat(ts, dim=1).max()) + 1 for ts in targets if ts and sum(t.numel() for t in ts)), default=sink_len)
     return targets, max(end, sink_len)
@@ -141,7 +142,7 @@ class RetrievingCache(Cache):
     """One ``_RetrievingLayer`` per decoder layer."""
 
     def __init__(self, planned_length: int, materialize: Callable[[int], tuple[torch.Tensor, torch.Tensor]], n_layers: int):
-        layers = [_RetrievingLayer(planned_length, lambda layer=layer: materialize(layer)) for layer in range(n_layers)]
+        layers = [_RetrievingLayer(planned_length, partial(materialize, layer)) for layer in range(n_layers)]
         super().__init__(layers=layers)
 
 

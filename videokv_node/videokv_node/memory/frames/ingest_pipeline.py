@@ -88,7 +88,7 @@ class IngestPipeline:
                 between()
             t1 = time.perf_counter()
             chunk = units[at:at + step]
-            batch = self.runner.prefill_batch(chunk, window) if len(chunk) > 1 else None
+            batch = self.runner.prefill_batch(chunk, window) if len(chunk) > 1 and window is not None else None  # > 1: a window
             for i, unit in enumerate(chunk):
                 self.ingested += 1
                 if batch is None:

@@ -109,12 +109,13 @@ class StillFilter:
 
     def split(self, frames: Iterable[Frame], held: Callable[[FrameBlock], bool]) -> tuple[list[Frame], list[_Stored]]:
         """The frames to encode (time order kept) and the stored frames whose spans grew."""
-        kept, grown = [], []
+        kept: list[Frame] = []
+        grown: list[_Stored] = []
         for frame in frames:
             thumb = thumbnail(frame.rgb, self.config.grid)
             last = self._last.get(frame.camera)
             alive = last is not None and (not last.blocks or any(held(b) for b in last.blocks))
-            if alive and is_still(thumb, last.thumb, self.config):
+            if alive and last is not None and is_still(thumb, last.thumb, self.config):
                 last.span_end_ns, last.merged, last.end_pose = frame.stamp_ns, last.merged + 1, frame.pose
                 self.frames_merged += 1
                 if not grown or grown[-1] is not last:
@@ -128,7 +129,7 @@ class StillFilter:
     def made(self, blocks: Iterable[FrameBlock]) -> list[_Stored]:
         """Note new blocks: each whose newest stamp is a stored frame's joins it; returns the stored
         frames with a span that gained blocks. Stored frames no longer last that have blocks are let go."""
-        gained = []
+        gained: list[_Stored] = []
         for block in blocks:
             stored = self._by_stamp.get((block.camera, max(block.stamps_ns)))
             if stored is not None and block.cited_stamps:

@@ -248,7 +248,7 @@ class HermesPolicy(MemoryPolicy):
                     "middle": self.host.pseudo_attention(mixed_query(self.cfg.local_query, self.cfg.global_query), per_layer, targets, next_pos)}
         for layer, blocks in enumerate(per_layer):
             ages = torch.cat([torch.full((b.layer_tokens(layer),), float(self._frames - 1 - self._frame_of[b.block_id])) for b in blocks])
-            ids.append(torch.cat([b.block_id * TOKEN_ID_STRIDE + b.layers[layer].index for b in blocks]))
+            ids.append(torch.cat([b.block_id * TOKEN_ID_STRIDE + b.kept(layer).index for b in blocks]))
             if self.cfg.recency == "token":  # script: token j of N scores exp(-k (N-1-j) / (N-1)), newest 0
                 ages = torch.arange(ages.numel() - 1, -1, -1, dtype=ages.dtype)
             attn = None
@@ -290,23 +290,24 @@ class HermesPolicy(MemoryPolicy):
         """Fold ``block``'s pruned tokens of a deep ``layer`` into that layer's summary token."""
         keys, values = store.layer_kv(block, layer)  # (H, t, D)
         sel = pruned.nonzero().flatten()
-        stored = block.positions[:, block.layers[layer].index[sel]]  # (P, p)
+        stored = block.positions[:, block.kept(layer).index[sel]]  # (P, p)
         target = self.adapter.text_positions(self.sink_len, 1)  # (P, 1)
         aligned = self.adapter.rotate_keys(keys[:, sel.to(keys.device)], target - stored)  # (H, p, D) at the summary's position
-        self._ensure_summary(store, keys)
-        kv = self.summary.layers[layer]
+        summary = self._ensure_summary(store, keys)
+        sum_keys, sum_values = summary.kept(layer).resident_kv()  # a deep layer's, resident (P8)
         prev = None
         if self._summary_count[layer]:
-            prev = (kv.keys[:, 0].float(), kv.values[:, 0].float(), self._summary_count[layer])
+            prev = (sum_keys[:, 0].float(), sum_values[:, 0].float(), self._summary_count[layer])
         k, v, count = summary_token(
             aligned.float(), values[:, sel.to(values.device)].float(), torch.zeros(sel.numel(), dtype=torch.long), 0, lambda x, d: x, prev
         )
         self._summary_count[layer] = count
-        store.replace_layer(self.summary, layer, k[:, None].to(kv.keys.dtype), v[:, None].to(kv.values.dtype))
+        store.replace_layer(summary, layer, k[:, None].to(sum_keys.dtype), v[:, None].to(sum_values.dtype))
 
-    def _ensure_summary(self, store: BlockStore, like: torch.Tensor) -> None:
+    def _ensure_summary(self, store: BlockStore, like: torch.Tensor) -> FrameBlock:
+        """The summary block, held in ``store``: made there (zero K/V in its deep layers) if it is not."""
         if self.summary is not None and self.summary in store:
-            return
+            return self.summary
         H, _, D = like.shape
         pos = self.adapter.text_positions(self.sink_len, 1)
         layers = [
@@ -315,7 +316,7 @@ class HermesPolicy(MemoryPolicy):
             if role == "deep" else None
             for role in self.roles
         ]
-        self.summary = FrameBlock(
+        summary = self.summary = FrameBlock(
             block_id=self.host.new_block_id(),
             camera="",
             stamp_ns=0,
@@ -327,7 +328,8 @@ class HermesPolicy(MemoryPolicy):
             protected=True,
         )
         self._summary_count = [0] * self.n_layers
-        store.add(self.summary)
+        store.add(summary)
+        return summary
 
     def _reindex(self, store: BlockStore) -> None:
         """Lazy re-indexing: compact every layer's logical positions after the sink."""

@@ -67,13 +67,20 @@ class PolicyHost(Protocol):
 class EngineHost:
     """A ``PolicyHost`` made of the engine's store, sink and its model runner's methods: what the engine
     hands its policy (``MemoryPolicy.setup``), so the policy holds these, not the engine. Only the
-    engine changes it (``sink`` is dropped on ``close``)."""
+    engine changes it (``held_sink`` is dropped on ``close``, after which ``sink`` raises)."""
 
     store: BlockStore
-    sink: Sink | None
+    held_sink: Sink | None
     new_block_id: Callable[[], int]
     encode_units: Callable[..., list[FrameBlock]]
     probe: Probe
     read_alone: Callable[[Sequence[FrameBlock], str], list[float]]
     pseudo_attention: Callable[..., list[torch.Tensor]]
     placed_keys: Callable[..., torch.Tensor]
+
+    @property
+    def sink(self) -> Sink:
+        """The prompt sink's K/V; RuntimeError once the engine is closed (a policy must not outlive it)."""
+        if self.held_sink is None:
+            raise RuntimeError("the prompt sink was released: the engine is closed")
+        return self.held_sink

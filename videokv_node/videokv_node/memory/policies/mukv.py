@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from videokv_node.memory.store.block import FrameBlock
-from videokv_node.memory.store.block_index import Candidates
+from videokv_node.memory.store.block_index import BlockIndex, Candidates
 from videokv_node.memory.store.block_store import BlockStore
 from videokv_node.memory.config import GRANULARITIES
 from videokv_node.memory.policies.base import EncodeJob, MemoryPolicy, PolicyHost, Unit, recent_resident
@@ -190,7 +190,7 @@ class MuKVPolicy(MemoryPolicy):
         # Every candidate's row is gathered for the cosine (O(N), no sort) rather than scored in place on
         # the slot tensor: the BLAS product rounds a row differently at a matrix's tail, and the scores,
         # hence the selection, must stay those of the gathered rows.
-        reps = {g: index.rep.index_select(0, by_gran[g]) for g in present}  # (N_g, H_kv * D)
+        reps = {g: _reps(index).index_select(0, by_gran[g]) for g in present}  # (N_g, H_kv * D)
         scores = {g: cosine_scores(reps[g], q) for g in present}
         k = {g: getattr(self.cfg, f"retrieve_{g}") for g in present}
         lam = {g: getattr(self.cfg, f"rerank_{g}") for g in present}
@@ -199,3 +199,10 @@ class MuKVPolicy(MemoryPolicy):
         chosen = sorted((b for g in present for b in index.blocks_of(slots[g])), key=lambda b: b.order)
         self.last_selection = {g: [b.block_id for b in index.blocks_of(slots[g])] for g in present}
         return Static.everywhere(chosen, self.n_layers)
+
+
+def _reps(index: BlockIndex) -> torch.Tensor:
+    """The index's representatives, read only where a candidate stands (every MuKV block gets one when encoded)."""
+    if index.rep is None:
+        raise RuntimeError("mukv: candidates held but the index has no representatives")
+    return index.rep

@@ -126,8 +126,9 @@ class StreamKVPolicy(MemoryPolicy):
         cached = [block for _, block in self._open]
         meta["open_cached"] = len(cached)
         if cached:
-            tensors["open/keys"] = torch.stack([torch.stack([kv.keys for kv in b.layers]) for b in cached])  # (n, L, H, T, D)
-            tensors["open/values"] = torch.stack([torch.stack([kv.values for kv in b.layers]) for b in cached])
+            open_kv = [_open_kv(b) for b in cached]
+            tensors["open/keys"] = torch.stack([k for k, _ in open_kv])  # (n, L, H, T, D)
+            tensors["open/values"] = torch.stack([v for _, v in open_kv])
             tensors["open/positions"] = torch.stack([b.positions for b in cached])  # (n, P, T)
             tensors["open/key_mean"] = torch.stack([b.key_mean for b in cached])  # (n, L, H, D)
         return {"meta": meta, "tensors": tensors}
@@ -168,8 +169,8 @@ class StreamKVPolicy(MemoryPolicy):
             unit = self._member_unit(member)
             positions = tensors["open/positions"][i].cpu()  # (P, T)
             index = torch.arange(positions.shape[1])
-            layers = [LayerKV(index=index, logical=positions, keys=keys[i, l].clone(), values=values[i, l].clone())
-                      for l in range(self.n_layers)]
+            layers: list[LayerKV | None] = [LayerKV(index=index, logical=positions, keys=keys[i, l].clone(),
+                                                    values=values[i, l].clone()) for l in range(self.n_layers)]
             blocks.append(FrameBlock(block_id=-(i + 1), camera=unit.camera, stamp_ns=unit.stamp_ns, positions=positions,
                                      key_mean=tensors["open/key_mean"][i].cpu(), layers=layers, stamps_ns=unit.stamps_ns))
         return blocks
@@ -261,6 +262,8 @@ class StreamKVPolicy(MemoryPolicy):
         frames = [b for b in blocks if not b.protected]
         if not frames or self.cfg.compression_ratio == 0.0:
             return
+        if self.guidance is None:
+            raise RuntimeError("streamkv: a frame encoded before setup() read the guidance prompt")
         L = self.n_layers
         total = math.ceil((1.0 - self.cfg.compression_ratio) * len(frames)) * L
         reps = torch.stack([b.key_mean.reshape(L, -1) for b in frames])  # (T_i, L, H*D)
@@ -321,3 +324,9 @@ class _OpenSegment:
 
     def feature_bytes(self) -> int:
         return sum(m.feature.numel() * m.feature.element_size() for m in self.policy.segmenter.pending)
+
+
+def _open_kv(block: FrameBlock) -> tuple[torch.Tensor, torch.Tensor]:
+    """An open member's cached (L, H, T, D) K and V: it keeps every token of every layer, resident (provisional)."""
+    kvs = [block.kept(layer).resident_kv() for layer in range(len(block.layers))]
+    return torch.stack([k for k, _ in kvs]), torch.stack([v for _, v in kvs])

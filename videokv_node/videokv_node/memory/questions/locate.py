@@ -209,11 +209,12 @@ class Locator:
             per_block = block_masses(mass, self.reader.last_layer_blocks, chosen, self.host.sink.n_tokens)
             blocks, values, method = [chosen[bid] for bid in per_block], list(per_block.values()), "attention"
         shortlist = max(query.top_k, answer.locate_rerank)
-        moments = rank_moments(blocks, values, shortlist, sources := {})
+        sources: dict[tuple[int, str], FrameBlock] = {}  # each moment's block (rank_moments fills it)
+        moments = rank_moments(blocks, values, shortlist, sources)
         if answer.locate_rerank:  # each shortlisted moment's block read alone
             subject = subject_of(query.text)
-            ids = self.store.words.named(subject) if answer.locate_words else {}  # the store's word index
-            if ids and (named := words_shortlist([b for b in candidates if b.block_id in ids], subject, shortlist)):
+            named_ids = self.store.words.named(subject) if answer.locate_words else {}  # the store's word index
+            if named_ids and (named := words_shortlist([b for b in candidates if b.block_id in named_ids], subject, shortlist)):
                 moments, method = with_named(moments, sources, named), method + "+words"  # blocks whose words name the thing
             moments = rerank_by_likelihood(moments, sources, lambda bs: read_alone(bs, query.text), query.top_k)
             method += "+likelihood"

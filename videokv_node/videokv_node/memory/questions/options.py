@@ -47,8 +47,8 @@ def _expected_labels(style: str, n: int) -> list[str]:
 def option_texts(options: Sequence[str]) -> list[str]:
     """The options as they are scored and listed: their labels dropped where every option has the
     label of its place in one style (rule 1 above), and surrounding white space dropped."""
-    matches = [_LABEL.match(o) for o in options]
-    if len(options) >= 2 and all(matches):
+    matches = [m for o in options if (m := _LABEL.match(o)) is not None]
+    if len(options) >= 2 and len(matches) == len(options):  # every option labelled
         labels = [m.group("paren") or m.group("bare") for m in matches]
         forms = {m.group("paren") is not None for m in matches}
         separators = {m.group(0).strip()[-1] for m in matches}  # one style: ")" "." or ":" throughout

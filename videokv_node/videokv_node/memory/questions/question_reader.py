@@ -115,7 +115,7 @@ class QuestionReader:
             what = f"cameras {question.cameras}" if question.cameras else "all cameras"
             raise RequestError(f"no frames in memory for {what} in the requested time window")
         selection = policy.select(self.host, candidates, question.text)  # Static | InPass (context/selection.py)
-        if pending:  # attended in every layer
+        if pending and segment is not None:  # attended in every layer (pending frames are the segment's)
             every = len(pending) == len(waiting)
             selection = selection.plus(segment.blocks(self.host) if every else self.runner.encode_units(EncodeJob(pending)))
         geo = adapter.geometry

@@ -28,9 +28,10 @@ Names are the ROS parameter names without the ``memory.`` prefix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
 from videokv_node.memory.config import PRESETS, ConfigError, MemoryConfig
 
@@ -149,12 +150,13 @@ def preset_memory_config(preset: str = "robot", policy: str = "rekv", **explicit
     values = dict(preset_values(preset, policy))
     values.update(flat)
     base = MemoryConfig()
-    kwargs: dict[str, object] = {}
+    # MemoryConfig's fields by name, each of its own type: checked by the dataclasses' __post_init__, not statically.
+    kwargs: dict[str, Any] = {}
     for f in fields(MemoryConfig):
         default = getattr(base, f.name)
         if f.name in top:
             kwargs[f.name] = top[f.name]
-        elif is_dataclass(default):
+        elif is_dataclass(default) and not isinstance(default, type):  # a section (an instance, never a class)
             section = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(f.name + ".")}
             names = {g.name for g in fields(default)}
             unknown = sorted(set(section) - names)
@@ -181,5 +183,9 @@ def apply_to_parameters(params: Mapping[str, object], defaults: Mapping[str, obj
         full = "memory." + name
         if full not in out:
             raise ConfigError(f"preset {preset!r} names an unknown parameter {full}")
-        out[full] = list(value) if isinstance(out[full], list) else value
+        if isinstance(out[full], list):  # a list parameter: the preset's tuple as a list
+            if not isinstance(value, Iterable):
+                raise ConfigError(f"preset {preset!r} gives the list parameter {full} {value!r}")
+            value = list(value)
+        out[full] = value
     return out

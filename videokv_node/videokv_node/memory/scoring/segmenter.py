@@ -225,16 +225,17 @@ class SemanticSegmenter:
             raise ValueError(f"the open segment has {n} members, more than segmenter.max_frames ({self.config.max_frames})")
         if len(sims) != max(n - 1, 0):
             raise ValueError(f"the open segment has {n} members but {len(sims)} adjacent similarities")
-        if n and (features is None or tuple(features.shape) != (n, *shape)):
+        if n and (features is None or shape is None or tuple(features.shape) != (n, *shape)):
             raise ValueError(f"the open segment's features are {None if features is None else tuple(features.shape)}, want ({n}, {shape})")
         if last_frame is not None and tuple(last_frame.shape) != shape:
             raise ValueError(f"the last frame is {tuple(last_frame.shape)}, want {shape}")
+        rows = list(features) if n and features is not None else []  # features[i]; not None with members (checked above)
         members, ids = [], []
         for i, m in enumerate(members_meta):
             item_ids = [int(x) for x in m["item_ids"]]
             if not item_ids or int(m["weight"]) != len(item_ids):
                 raise ValueError(f"open segment member {i}: weight {m['weight']} for {len(item_ids)} frames")
-            members.append(Member(item_ids, features[i].clone(), len(item_ids)))
+            members.append(Member(item_ids, rows[i].clone(), len(item_ids)))
             ids += item_ids
         if ids != sorted(set(ids)) or (ids and (last_id is None or ids[-1] > last_id)):
             raise ValueError(f"the open segment's frame ids {ids} do not increase up to the last id {last_id}")

@@ -176,6 +176,8 @@ class PreparedSnapshot:
         try:
             segments = {}
             for name, record in self.linked.items():
+                if self.base is None:  # prepare_snapshot links segments only from a base
+                    raise SnapshotError(f"segment {name} is to be linked but the snapshot has no base")
                 try:
                     share_file(self.base / name, tmp / name)
                 except FileNotFoundError as exc:

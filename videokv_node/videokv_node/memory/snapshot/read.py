@@ -196,7 +196,7 @@ def _stored_blocks(model: dict, name: str, listing: list, tensors: dict[str, tor
         ))
     out, at_pos, at_layer = {}, 0, [0] * L
     for i, (block_id, t, lt) in enumerate(listing):
-        per = []
+        per: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
         for l, kept in enumerate(lt):
             if kept is None:
                 per.append(None)
@@ -276,6 +276,8 @@ def _block_states(model: dict, manifest: dict, state: dict[str, torch.Tensor],
             kvs.append({"index": idx, "logical": logical[:, sl].clone(), "keys": k, "values": v})
         rep = None
         if e["rep"]:
+            if reps is None:  # refused above (n_reps > 0 here): the check for mypy
+                raise ValueError(f"block {block_id} has a representative, the state holds none")
             rep = reps[at_rep].clone()
             at_rep += 1
         blocks.append({

@@ -93,7 +93,7 @@ class SnapshotSeries:
         """
         self.root.mkdir(parents=True, exist_ok=True)
         existing = self.snapshots()
-        sequence = 1 + (int(_NAME.fullmatch(existing[0].name).group(1)) if existing else 0)
+        sequence = 1 + (_sequence(existing[0].name) if existing else 0)
         target = self.root / snapshot_name(sequence, stamp_ns)
         try:
             info = prepared.write(target)
@@ -132,3 +132,11 @@ class SnapshotSeries:
                 self._base = path
             return info, refusals
         return None, refusals
+
+
+def _sequence(name: str) -> int:
+    """The sequence number in a snapshot directory's name (``snapshots()`` lists only names that match)."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"{name} is not a snapshot directory's name")
+    return int(match.group(1))

@@ -43,6 +43,12 @@ class LayerKV:
     def n_tokens(self) -> int:
         return int(self.index.numel())
 
+    def resident_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) of a resident block's layer; ValueError where they are not held here (offloaded: in pages)."""
+        if self.keys is None or self.values is None:
+            raise ValueError("this layer's K/V are not resident (offloaded or released)")
+        return self.keys, self.values
+
 
 @dataclass(eq=False, slots=True)
 class FrameBlock:
@@ -113,6 +119,14 @@ class FrameBlock:
     @property
     def order(self) -> tuple[int, int, int]:
         return (self.stamp_ns, self.rank, self.block_id)
+
+    def kept(self, layer: int) -> LayerKV:
+        """``layers[layer]`` where the caller holds the block present in that layer (``present_in``, a plan);
+        ValueError where it keeps nothing there (a plan out of step with the store)."""
+        kv = self.layers[layer]
+        if kv is None:
+            raise ValueError(f"block {self.block_id} keeps no tokens in layer {layer}")
+        return kv
 
     def layer_tokens(self, layer: int) -> int:
         kv = self.layers[layer]

@@ -58,8 +58,7 @@ class BlockStore:
         self._stamp_max: list[int] = []
         self.resident_entries = 0  # (token, layer) entries on the device (the engine adds the sink)
         self.offloaded_entries = 0
-        self.evicted_blocks = 0  # lifetime counts, kept across clear()
-        self.evicted_entries = 0
+        self.evicted_blocks = self.evicted_entries = 0  # lifetime counts, kept across clear()
 
     # --- queries ----------------------------------------------------------
     def __len__(self) -> int:
@@ -99,6 +98,12 @@ class BlockStore:
     def offloaded_bytes(self) -> int:
         return 0 if self.arena is None else self.arena.used_pages * self.arena.page_bytes
 
+    def host_arena(self) -> HostKVArena:
+        """The offload tier's arena; RuntimeError where there is none (callers hold an offloaded block or checked)."""
+        if self.arena is None:
+            raise RuntimeError("the store has no host arena (no offload tier, or the engine is closed)")
+        return self.arena
+
     def entry_bytes(self, n_entries: int) -> int:
         return n_entries * self.geometry.bytes_per_token // self.geometry.n_layers
 
@@ -109,8 +114,8 @@ class BlockStore:
         if kv is None:
             raise KeyError(f"block {block.block_id} keeps nothing in layer {layer}")
         if block.tier is Tier.RESIDENT:
-            return kv.keys, kv.values
-        return self.arena.load(kv.pages, kv.n_tokens, device or self.device)
+            return kv.resident_kv()
+        return self.host_arena().load(kv.pages, kv.n_tokens, device or self.device)
 
     # --- mutations --------------------------------------------------------
     def add(self, block: FrameBlock) -> None:
@@ -172,7 +177,7 @@ class BlockStore:
             while not self.arena_has_room(block):
                 self.evict(offload_victim(self))
             for kv in staged:
-                kv.pages = self.arena.store(kv.keys, kv.values)
+                kv.pages = self.host_arena().store(*kv.resident_kv())  # staged on the host by from_state_dict
                 kv.keys = kv.values = None
             self._hold(block)
             self.offloaded_entries += block.entries
@@ -202,12 +207,13 @@ class BlockStore:
         if keep.numel() == before:
             return
         if block.tier is Tier.RESIDENT:
-            dev = keep.to(kv.keys.device)
-            new = LayerKV(kv.index[keep], kv.logical[:, keep], kv.keys[:, dev].clone(), kv.values[:, dev].clone())
+            keys, values = kv.resident_kv()
+            dev = keep.to(keys.device)
+            new = LayerKV(kv.index[keep], kv.logical[:, keep], keys[:, dev].clone(), values[:, dev].clone())
         else:
-            k, v = self.arena.load(kv.pages, kv.n_tokens, torch.device("cpu"))
-            self.arena.free(kv.pages)
-            new = LayerKV(kv.index[keep], kv.logical[:, keep], pages=self.arena.store(k[:, keep], v[:, keep]))
+            k, v = self.layer_kv(block, layer, torch.device("cpu"))  # from the arena
+            self.host_arena().free(kv.pages)
+            new = LayerKV(kv.index[keep], kv.logical[:, keep], pages=self.host_arena().store(k[:, keep], v[:, keep]))
         block.layers[layer] = new
         self.index.update_layers(block)
         self._count(block, new.n_tokens - before)
@@ -216,7 +222,7 @@ class BlockStore:
     def replace_layer(self, block: FrameBlock, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Overwrite a resident protected block's one layer (HERMES' running summary token), same token count."""
         kv = block.layers[layer]
-        if block.tier is not Tier.RESIDENT or kv is None or keys.shape != kv.keys.shape:
+        if block.tier is not Tier.RESIDENT or kv is None or kv.keys is None or keys.shape != kv.keys.shape:
             raise ValueError("replace_layer needs a resident layer of the same shape")
         kv.keys, kv.values = keys, values
         block.revision += 1  # snapshots must write this block's K/V again
@@ -229,7 +235,7 @@ class BlockStore:
         kv.logical = logical
 
     def pages_needed(self, block: FrameBlock) -> int:
-        return sum(self.arena.pages_for(kv.n_tokens) for kv in block.layers if kv is not None)
+        return sum(self.host_arena().pages_for(kv.n_tokens) for kv in block.layers if kv is not None)
 
     def can_offload(self, block: FrameBlock) -> bool:
         """Whether the arena could ever hold this block (with every other offloaded block evicted)."""
@@ -244,7 +250,7 @@ class BlockStore:
             raise ValueError(f"block {block.block_id} is not resident")
         for kv in block.layers:
             if kv is not None:
-                kv.pages = self.arena.store(kv.keys, kv.values)
+                kv.pages = self.host_arena().store(*kv.resident_kv())
                 kv.keys = kv.values = None
         n = block.entries
         block.tier = Tier.OFFLOADED
@@ -334,7 +340,7 @@ class BlockStore:
         if block.tier is Tier.RESIDENT:
             kv.keys = kv.values = None
         else:
-            self.arena.free(kv.pages)
+            self.host_arena().free(kv.pages)
             kv.pages = []
 
     def _release(self, block: FrameBlock) -> None:
