@@ -80,12 +80,14 @@ def publish(section: str, out: str, repo: Path, begin: str, end_marker: str) -> 
 
 def update_document(path: Path, section: str, begin: str = BEGIN, end_marker: str = END) -> None:
     """Replace the generated span between ``begin`` and ``end_marker`` of ``path`` (append one, or
-    create the file, when there is none); each benchmark part has its own pair of markers."""
+    create the file, when there is none); each benchmark part has its own pair of markers. What follows
+    the span is kept as it is, the blank line before the next section included."""
     block = f"{begin}\n{section.strip()}\n{end_marker}\n"
     text = path.read_text() if path.exists() else "# Benchmarks\n\n"
     start, end = text.find(begin), text.find(end_marker)
     if start >= 0 and end > start:
-        text = text[:start] + block + text[end + len(end_marker) :].lstrip("\n")
+        rest = text[end + len(end_marker) :]
+        text = text[:start] + block + (rest[1:] if rest.startswith("\n") else rest)  # the marker's own line end
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.parent.mkdir(parents=True, exist_ok=True)
