@@ -1,7 +1,7 @@
 """Real things by name (issue 34): videokv-tiny on held-out real photographs and clips.
 
     python -m bench.things                          # the committed videokv-tiny, into docs/bench/things.md
-    python -m bench.things --weights DIR --label v4 --out -   # another weights directory, printed
+    python -m bench.things --weights DIR --out -   # another weights directory, printed
 
 Per held-out item (``tinyvlm/things_heldout.py``: real pictures and clips never trained on, their truth
 written by hand), shown as a slow pan (``thing_frames``: 8 frames) to a fresh engine with the node's

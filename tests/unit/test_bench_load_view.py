@@ -33,7 +33,7 @@ def test_the_load_page_keeps_its_latest_run_only(tmp_path):
     text = page.read_text()
     assert text.count(LATEST[0]) == 1 and text.count(LATEST[1]) == 1
     assert "newer figures" in text and "new figures" not in text and "old figures" not in text
-    assert "Hand-written reading." in text and view in text
+    assert "Hand-written reading." in text and f"{LATEST[1]}\n\n{view}" in text  # the blank line kept
 
 
 def test_a_missing_load_page_is_created_with_its_title(tmp_path):
