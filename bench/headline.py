@@ -37,11 +37,15 @@ class Source:
 
 @dataclass(frozen=True)
 class Cell:
-    """One measured cell: the row of ``source``'s table whose first column is ``row``, at ``column``."""
+    """One measured cell: the row of ``source``'s table whose first column is ``row``, at ``column``.
+    ``optional``: a run may leave the row out (the hour's slower policy rows, when the cores' time is short); it
+    is then written "-" with that reason, and read again as soon as a run has it. Heading and column are never
+    optional."""
 
     source: Source
     row: str
     column: str
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,8 @@ NOT_IN_HOUR = Missing("not run: the hour needs 21,635 positions, the model has 8
 SAME = Missing("")  # the reason given in the row's first such cell
 
 
-def _hour(row: str) -> list[Cell | Missing]:
-    return [Cell(HOUR, row, c) for c in (ACCURACY, "~/locate top-3", "TTFT p50 / p95 (ms)",
+def _hour(row: str, optional: bool = False) -> list[Cell | Missing]:
+    return [Cell(HOUR, row, c, optional) for c in (ACCURACY, "~/locate top-3", "TTFT p50 / p95 (ms)",
                                          "ingest ms/frame, first / last 10%", "resident / offloaded at the end")]
 
 
@@ -86,10 +90,10 @@ ROWS: list[tuple[str, str, str, list[Cell | Missing]]] = [
      _hour("streamkv (robot) @ 2%") + [Cell(VISUAL, "streamkv @ 10%", ACCURACY), Cell(TEXT, "streamkv (robot) @ 10%", ACCURACY)]),
     ("`hermes`", "no host memory at all: nothing offloaded; it forgets most, and reads worst as its budget grows",
      "tokens by importance, per layer; no offload",
-     _hour("hermes (robot) @ 2%") + [Cell(VISUAL, "hermes @ 10%", ACCURACY), Cell(TEXT, "hermes (robot) @ 10%", ACCURACY)]),
+     _hour("hermes (robot) @ 2%", optional=True) + [Cell(VISUAL, "hermes @ 10%", ACCURACY), Cell(TEXT, "hermes (robot) @ 10%", ACCURACY)]),
     ("`mukv`", "questions at several scales (a patch, a frame, a segment); the costliest ingest",
      "three views of each frame (patch, frame, segment)",
-     _hour("mukv (robot) @ 2%") + [Cell(VISUAL, "mukv @ 10%", ACCURACY), Cell(TEXT, "mukv (robot) @ 10%", ACCURACY)]),
+     _hour("mukv (robot) @ 2%", optional=True) + [Cell(VISUAL, "mukv @ 10%", ACCURACY), Cell(TEXT, "mukv (robot) @ 10%", ACCURACY)]),
     ("`full`", "short streams only: the whole stream attended, nothing retrieved; past the model's positions it "
      "cannot run", "the last frames that fit the budget, all attended; no offload",
      [NOT_IN_HOUR] + [SAME] * 4 + [Cell(VISUAL, "full", ACCURACY), Cell(TEXT, "full", ACCURACY)]),
@@ -157,6 +161,8 @@ def read(cell: Cell | Missing, pages: dict[str, Page]) -> str:
         return f"- ({cell.why})" if cell.why else "-"
     header, rows = pages[cell.source.page].table(cell.source.heading, cell.column)
     hits = [r for r in rows if r[0] == cell.row]
+    if not hits and cell.optional:
+        return "- (not in the page's latest run)"
     if len(hits) != 1:
         raise LookupError(f"{cell.source.page}, '{cell.source.heading}': {len(hits)} rows '{cell.row}' (one expected)")
     return hits[0][header.index(cell.column)]

@@ -64,6 +64,14 @@ def test_a_missing_heading_row_or_column_is_named(page):
         read(Cell(Source("x.md", "60 frames a stream"), "full", "TTFT"), page)
 
 
+def test_an_optional_row_absent_from_the_run_is_a_dash_and_read_when_present(page):
+    src = Source("x.md", "60 frames a stream")
+    assert read(Cell(src, "mukv @ 10%", "accuracy", optional=True), page) == "- (not in the page's latest run)"
+    assert read(Cell(src, "full", "accuracy", optional=True), page) == "19/64 = 30%"
+    with pytest.raises(LookupError, match="no table with the column 'TTFT'"):  # only the row may be absent
+        read(Cell(src, "full", "TTFT", optional=True), page)
+
+
 def test_a_row_not_measured_is_a_dash_with_its_reason(page):
     assert read(Missing("not run: too long"), page) == "- (not run: too long)"
     assert read(Missing(""), page) == "-"
