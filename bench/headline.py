@@ -77,16 +77,17 @@ def _hour(row: str, optional: bool = False) -> list[Cell | Missing]:
 # (policy, choose it when, keeps, cells): the judgement columns are ours, read from the cells beside them and
 # docs/POLICIES.md; each says what the tables show, not what a paper promises.
 ROWS: list[tuple[str, str, str, list[Cell | Missing]]] = [
-    ("node default: `rekv`, shared selection, robot preset", "you want one answer for every camera and a place for "
-     "every answer: the node as shipped, retrieval by the question and by the frames' words",
+    ("node default: `rekv`, shared selection, robot preset", "a robot's long stream: the best policy row on the hour's "
+     "footage, its `~/locate` finding drawn and real things; the node as shipped, retrieval by the question and by "
+     "the frames' words",
      "every frame's KV, offloaded to the host arena; a retrieved set per question",
      _hour("node default (rekv, robot) @ 2%") + [Cell(SHARED_VISUAL, "rekv+shared @ 10%", ACCURACY),
                                                  Cell(TEXT, "rekv+shared (robot) @ 10%", ACCURACY)]),
-    ("`rekv` (per layer)", "you follow ReKV's paper: each layer retrieves its own frames",
+    ("`rekv` (per layer)", "you follow ReKV's paper: each layer retrieves its own frames; on the hour it reads below the shared selection",
      "as above, a retrieved set per layer",
      _hour("rekv (robot) @ 2%") + [Cell(VISUAL, "rekv @ 10%", ACCURACY), Cell(TEXT, "rekv (robot) @ 10%", ACCURACY)]),
-    ("`streamkv`", "scenes change in segments and the host arena is small: the best visual row, a tenth of rekv's "
-     "offload; TTFT grows with the open segment", "segments of similar frames, compressed per layer",
+    ("`streamkv`", "short streams of scenes that change in segments (the best "
+     "60-frame visual row), a small host arena; on the hour's real footage it reads below recency", "segments of similar frames, compressed per layer",
      _hour("streamkv (robot) @ 2%") + [Cell(VISUAL, "streamkv @ 10%", ACCURACY), Cell(TEXT, "streamkv (robot) @ 10%", ACCURACY)]),
     ("`hermes`", "no host memory at all: nothing offloaded; it forgets most, and reads worst as its budget grows",
      "tokens by importance, per layer; no offload",
