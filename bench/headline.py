@@ -172,7 +172,7 @@ def read(cell: Cell | Missing, pages: dict[str, Page]) -> str:
 def render(docs: Path = ROOT / "docs") -> str:
     """The generated span: the table, then one line per source table with its link and its run."""
     used = list(dict.fromkeys(c.source for _, _, _, cells in ROWS for c in cells if isinstance(c, Cell)))
-    pages = {s.page: Page(docs / s.page) for s in used}
+    pages = {page: Page(docs / page) for page in dict.fromkeys(s.page for s in used)}  # each page read once
     body = [[name, when, keeps] + [read(c, pages) for c in cells] for name, when, keeps, cells in ROWS]
     sources = [f"[{s.page.removeprefix('bench/')}, {s.heading}]({s.page}#{slug(s.heading)}) "
                f"({pages[s.page].provenance(s.heading)})" for s in used]

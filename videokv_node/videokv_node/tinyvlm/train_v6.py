@@ -138,7 +138,7 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     asked = things.questions(1500, {s: blocks[s].tolist() for s in things.scenes()}, scenes, 0.5, 4)
     rest = v5 + asked
     pick = v5_pick([ex.kind for ex in rest], round(args.v5_share / (1 - args.v5_share) * len(hour)),
-                   parse_weights(getattr(args, "v5_kind_weights", ""), "--v5-kind-weights"), args.seed + 6)
+                   parse_weights(args.v5_kind_weights, "--v5-kind-weights"), args.seed + 6)
     mixture = hour + [rest[i] for i in pick]
     order = torch.randperm(len(mixture), generator=torch.Generator().manual_seed(args.seed + 43))
     return [mixture[i] for i in order], features, blocks
