@@ -97,3 +97,32 @@ def test_an_error_that_outlasts_a_race_is_raised(node, monkeypatch):
     with pytest.raises(main_module.RCLError, match="for good"):
         main_module.main([])
     assert executor.spins == main_module.RACE_RETRIES + 1 and node.destroyed
+
+
+def test_a_signal_shutting_the_context_down_during_main_s_own_shutdown_is_a_clean_stop(node, monkeypatch):
+    """rclpy's signal handler shuts the context down from its C thread between ``try_shutdown``'s ``ok()`` and
+    its ``shutdown()`` (seen in CI: the lifecycle node exited 1 after a clean stop); here that interleaving is made
+    at once by a ``try_shutdown`` that lets the 'signal' in first, then does what rclpy does."""
+    monkeypatch.setattr(main_module, "MultiThreadedExecutor", _executor(ExternalShutdownException(), False))
+
+    def try_shutdown_raced(context=None):
+        assert rclpy.ok(context=context)  # the check passed ...
+        rclpy.shutdown(context=context)  # ... the signal's thread shut it down ...
+        raise main_module.RCLError("failed to shutdown: rcl_shutdown already called on the given context")
+
+    with monkeypatch.context() as patch:  # undone before the fixture's own shutdown
+        patch.setattr(rclpy, "try_shutdown", try_shutdown_raced)
+        assert main_module.main([]) == 0
+    assert node.destroyed and not rclpy.ok()
+
+
+def test_a_shutdown_that_fails_with_the_context_alive_is_raised(node, monkeypatch):
+    monkeypatch.setattr(main_module, "MultiThreadedExecutor", _executor(ExternalShutdownException(), False))
+
+    def try_shutdown_broken(context=None):
+        raise main_module.RCLError("failed to shutdown: something else")
+
+    with monkeypatch.context() as patch, pytest.raises(main_module.RCLError, match="something else"):
+        patch.setattr(rclpy, "try_shutdown", try_shutdown_broken)
+        main_module.main([])
+    assert rclpy.ok()

@@ -26,6 +26,7 @@ from videokv_interfaces.msg import ReplayAnswer as ReplayAnswerMsg
 
 from videokv_node.ingest.image_decode import ImageDecodeError
 from videokv_node.memory.config import DEFAULT_OPTION_SCORING
+from videokv_node.ros.shutdown import shutdown_context
 from videokv_node.ros.conversions import image_to_rgb, msg_to_pose, ns_to_time, pose_to_msg, time_to_ns
 from videokv_node.spava import server
 from videokv_node.spava.job import Progress, ReplayJob, ReplayOutcome, ReplayQuestion, RunJob
@@ -161,7 +162,7 @@ def serve(run_job: RunJob, world: int, max_frames: int, action: str) -> None:
     finally:
         if node is not None:
             node.destroy_node()
-        rclpy.try_shutdown()
+        shutdown_context()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CompressedImage, Image
 
 from videokv_node.ingest.image_decode import encode_compressed_image, encode_raw_image
+from videokv_node.ros.shutdown import shutdown_context
 from videokv_node.ros.conversions import ns_to_time
 from videokv_node.synthetic import SyntheticScene, default_scenario
 
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
         pass
     finally:
         node.destroy_node()
-        rclpy.try_shutdown()
+        shutdown_context()
     return 0
 
 

@@ -12,7 +12,6 @@ import sys
 
 import rclpy
 from rclpy.exceptions import InvalidHandle, ParameterException
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
@@ -20,8 +19,7 @@ from videokv_node.memory.config import ConfigError
 from videokv_node.models.factory import ModelLoadError
 from videokv_node.ros.lifecycle import VideoKVLifecycleNode
 from videokv_node.ros.node import NODE_NAME, VideoKVNode
-
-RCLError = _rclpy.RCLError  # what rclpy's C layer raises (not exported elsewhere)
+from videokv_node.ros.shutdown import RCLError, shutdown_context
 
 
 def wants_lifecycle() -> bool:
@@ -113,7 +111,7 @@ def main(args=None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             node.destroy_node()
-        rclpy.try_shutdown()
+        shutdown_context()  # SIGINT's handler may be shutting it down this moment (ros/shutdown.py)
     return code
 
 
