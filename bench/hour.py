@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--details", type=Path, help="also write one JSON line per row and question, and per row and ~/locate query, to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     parser.add_argument("--span", choices=tuple(SPANS), default="main", help="which generated span of --out this part of "
-                        "the grid writes: " + "; ".join(f"{k}: {v}" for k, v in SPANS.items()))
+                        "the grid writes: " + "; ".join(f"{k}: {v}" for k, v in SPANS.items()).replace("%", "%%"))
     args = parser.parse_args(argv)
     budgets = tuple(float(b) for b in args.budgets.split(","))
     policies = tuple(p for p in args.policies.split(",") if p)
