@@ -116,3 +116,40 @@ def test_training_moves_the_adapters_and_the_projector_never_the_decoder(tokeniz
     assert after < 0.8 * before, (before, after)
     assert all(b.abs().sum() > 0 for b in lora.B.values()), "every adapter must have learned"
     assert all(torch.equal(v, llm.state_dict()[k]) for k, v in frozen.items()), "the decoder's own weights stay frozen"
+
+
+def test_a_widened_adapter_computes_what_the_narrow_one_did_and_carries_its_weights(tokenizer):
+    llm = decoder(tokenizer)
+    ids = torch.tensor([[5, 9, 3, 7, 11, 2]])
+    narrow = randomised(DecoderLoRA(llm, rank=4, alpha=8.0))
+    handles = narrow.attach(llm)
+    expected = llm(ids).logits
+    for h in handles:
+        h.remove()
+    wide = narrow.widened(llm, ("k_proj", "o_proj", "q_proj"))
+    assert wide.targets == ("q_proj", "v_proj", "k_proj", "o_proj") and (wide.rank, wide.alpha) == (4, 8.0)
+    handles = wide.attach(llm)
+    torch.testing.assert_close(llm(ids).logits, expected, rtol=0, atol=0)
+    for h in handles:
+        h.remove()
+    with torch.no_grad():  # the new projections train: a change to one of them changes the output
+        next(b for k, b in wide.B.items() if k.endswith("o_proj")).add_(0.5)
+    handles = wide.attach(llm)
+    assert not torch.allclose(llm(ids).logits, expected)
+    for h in handles:
+        h.remove()
+
+
+def test_a_narrower_saved_adapter_loads_into_a_wider_one_and_nothing_else_does(tokenizer):
+    llm = decoder(tokenizer)
+    narrow = randomised(DecoderLoRA(llm, rank=4))
+    wide = DecoderLoRA(llm, rank=4, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    wide.load_narrower(narrow.state_dict())
+    for key in narrow.A:
+        torch.testing.assert_close(wide.B[key], narrow.B[key], rtol=0, atol=0)
+    assert all(not b.any() for key, b in wide.B.items() if key.endswith(("k_proj", "o_proj")))
+    partial = {k: v for k, v in narrow.state_dict().items() if k != "B.layer0_v_proj"}
+    with pytest.raises(ValueError, match="does not fit"):
+        wide.load_narrower(partial)
+    with pytest.raises(ValueError, match="does not fit"):
+        DecoderLoRA(llm, rank=4, targets=("q_proj",)).load_narrower(narrow.state_dict())

@@ -74,6 +74,28 @@ class DecoderLoRA(nn.Module):
         """What the manifest records and ``from_config`` needs to rebuild the modules before loading."""
         return {"rank": self.rank, "alpha": self.alpha, "targets": list(self.targets)}
 
+    def widened(self, llm, targets: tuple[str, ...]) -> "DecoderLoRA":
+        """An adapter on ``targets`` besides this one's (same rank and alpha) carrying this one's ``A`` and ``B``;
+        the new projections start as ``__init__`` starts them (``B`` zero), so it computes what this one does.
+        Why: videokv-tiny v6-run6 (issue 43) adds ``k_proj`` and ``o_proj`` to a trained q/v adapter."""
+        wide = DecoderLoRA(llm, self.rank, self.alpha, tuple(dict.fromkeys(self.targets + tuple(targets))))
+        with torch.no_grad():
+            for key in self.A:
+                wide.A[key].copy_(self.A[key])
+                wide.B[key].copy_(self.B[key])
+        return wide
+
+    def load_narrower(self, state: dict[str, torch.Tensor]) -> None:
+        """Load an adapter saved on some of this one's targets (a run before ``widened``): every projection it has
+        is loaded, every other target keeps its zero update; a key this adapter lacks, or a target the saved one
+        covers only in part, is an error."""
+        saved = set(state)  # 'A.layer0_q_proj'
+        targets = {k.split("_", 1)[1] for k in saved}
+        expected = {f"{part}.{k}" for part in "AB" for k in self.A if k.split("_", 1)[1] in targets}
+        if saved != expected:
+            raise ValueError(f"the saved LoRA does not fit: {sorted(saved ^ expected)[:4]} ...")
+        self.load_state_dict({**self.state_dict(), **state}, strict=True)
+
     @classmethod
     def from_config(cls, llm, config: dict) -> "DecoderLoRA":
         return cls(llm, rank=int(config["rank"]), alpha=float(config["alpha"]), targets=tuple(config["targets"]))

@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-4, help="projector")
     p.add_argument("--lora-lr", type=float, default=3e-4)
+    p.add_argument("--lora-targets", default="", help="'k_proj,o_proj': LoRA also on these attention projections, "
+                   "new ones from zero (DecoderLoRA.widened; v6-run6); '' the init's targets")
     p.add_argument("--max-gap", type=int, default=96)
     p.add_argument("--gap-share", type=float, default=0.5)
     p.add_argument("--hour-examples", type=int, default=4000)
@@ -95,6 +97,8 @@ def load_parts(args):
     projector.load_state_dict(load_file(args.init_from / PROJECTOR_FILE), strict=True)
     lora = DecoderLoRA.from_config(llm, init["lora"])
     lora.load_state_dict(load_file(args.init_from / LORA_FILE), strict=True)
+    if args.lora_targets:
+        lora = lora.widened(llm, tuple(t for t in args.lora_targets.split(",") if t))
     report = json.loads((args.head / "things-head.json").read_text())
     head = ThingHead(hidden=report["hidden"])
     head.load_state_dict(load_file(args.head / HEAD_FILE), strict=True)
@@ -217,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     step, curve = 0, []
     if args.weights_from is not None and not (args.checkpoint / STATE_FILE).is_file():
         projector.load_state_dict(load_file(args.weights_from / PROJECTOR_FILE), strict=True)
-        lora.load_state_dict(load_file(args.weights_from / LORA_FILE), strict=True)
+        lora.load_narrower(load_file(args.weights_from / LORA_FILE))
         print(f"weights from {args.weights_from}", flush=True)
     if (args.checkpoint / STATE_FILE).is_file():
         projector.load_state_dict(load_file(args.checkpoint / PROJECTOR_FILE), strict=True)
