@@ -10,9 +10,10 @@
 #   make picture        the README's picture of the memory (docs/images/memory.png): make bag's drive replayed through
 #                       the node over DDS, ~/memory_markers seen from above beside ~/memory_sheet (about 1 minute)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
-#   make train-model    train videokv-tiny v6 (issue 43) from v5: the drawn-things head (minutes), then the decoder's
-#                       LoRA and projector on long contexts, resuming from records/videokv-tiny/v6-run1 where a run
-#                       stopped (TRAIN_LIMIT seconds a run; hours on 2 CPU cores), then the weights directory
+#   make train-model    make videokv-tiny v6.1 (issue 43) from v5 as it was made: the drawn-things head (minutes), then
+#                       the decoder's LoRA and projector in four staged runs under TRAIN_RUN (records/videokv-tiny:
+#                       the committed ones, done, so it only rewrites the weights), each resumable (TRAIN_LIMIT seconds
+#                       a call; hours on 2 CPU cores from an empty TRAIN_RUN), then the weights directory
 #   make bench          the engine parts, the memory policies and the vision backends (about 9 minutes)
 #   make bench-memory   only the memory policies compared on one stream (about 4 minutes)
 #   make bench-vision   only the vision backends: torch vs onnxruntime (vs TensorRT on a GPU) (a few minutes)
@@ -108,7 +109,7 @@ demo: build
 
 TRAIN_CACHE ?= .cache/videokv-tiny-v6
 TRAIN_LIMIT ?= 4200
-TRAIN_RUN ?= records/videokv-tiny/v6-run1
+TRAIN_RUN ?= records/videokv-tiny
 train-model: build
 	scripts/setup_footage.sh
 	scripts/train_videokv_tiny.sh $(TRAIN_CACHE) $(TRAIN_RUN) $(TRAIN_LIMIT)

@@ -1,27 +1,56 @@
 #!/usr/bin/env bash
-# videokv-tiny v6 (issue 43), seeded, in three resumable steps (docs/MODELS.md, "v6"):
-#   1. the drawn-things head on the frozen encoder's cells (python -m videokv_node.tinyvlm.train_things_head),
-#      skipped where RUN already holds its weights (things.safetensors, things-head.json);
-#   2. the decoder's LoRA and the projector (python -m videokv_node.tinyvlm.train_v6), continued from RUN's
-#      checkpoint, at most LIMIT seconds (run it again to go on; the step count is the run's, 360);
-#   3. once every step has run, the weights directory (models/weights/videokv-tiny) from the checkpoint (--finish).
-# Usage: scripts/train_videokv_tiny.sh CACHE_DIR RUN_DIR LIMIT_S   (CACHE_DIR: the encoder features, ~1.5 GB, not kept)
+# videokv-tiny v6.1 (issue 43), the committed default, seeded, as it was made: one command, resumable, in stages
+# (docs/MODELS.md "v6.1"; each stage's command is also in records/videokv-tiny/v6-runN/progress.json):
+#   head  the drawn-things head on the frozen encoder's cells (python -m videokv_node.tinyvlm.train_things_head),
+#         into v6-run1/ as the committed runs keep it;
+#   v6-run1..v6-run4  the decoder's LoRA and the projector (python -m videokv_node.tinyvlm.train_v6), each from the last
+#         one's weights at its own rates and mixture; run1 and run2 ended by time when they were made, here at the
+#         same steps (--stop-at 200 of 360, 80 of 220) so their schedules are the same;
+#   finish  the weights directory (OUT, default models/weights/videokv-tiny) from v6-run4's checkpoint.
+# A stage whose checkpoint reached its last step is skipped; each train_v6 call stops after LIMIT seconds with a
+# checkpoint: run the command again to go on. On 2 CPU cores: about 9 minutes for the head, hours for the runs.
+# v5's decoder and projector (where every run starts from) are records/videokv-tiny/v5.1-candidate's.
+# Usage: scripts/train_videokv_tiny.sh CACHE_DIR RUN_ROOT LIMIT_S [OUT]
+#   CACHE_DIR: the encoder features (~1.5 GB, not kept); RUN_ROOT: where v6-run1..v6-run4/ go: records/videokv-tiny,
+#   whose committed runs are complete, rewrites v6.1's weights from v6-run4 in a minute; an empty directory trains
+#   everything again.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${1:?cache dir}"; RUN="${2:?run dir}"; LIMIT="${3:?seconds}"
-STEPS=360
+CACHE="${1:?cache dir}"; RUNS="${2:?run root}"; LIMIT="${3:?seconds}"; OUT="${4:-videokv_node/videokv_node/models/weights/videokv-tiny}"
+V5=records/videokv-tiny/v5.1-candidate
 cd "$ROOT"
 # shellcheck disable=SC1091
 . ./env.sh
-mkdir -p "$CACHE" "$RUN"
-if [[ ! -f "$RUN/things.safetensors" ]]; then
+HEAD="$RUNS/v6-run1"  # where the committed runs keep it (every run read the same head)
+mkdir -p "$CACHE" "$HEAD"
+if [[ ! -f "$HEAD/things.safetensors" ]]; then
     python -m videokv_node.tinyvlm.train_things_head --train-frames 6000 --eval-frames 600 --steps 2000 \
-        --out "$RUN" --feature-cache "$CACHE/drawn.pt"
+        --out "$HEAD" --feature-cache "$CACHE/drawn.pt"
 fi
-python -m videokv_node.tinyvlm.train_v6 --head "$RUN" --feature-cache "$CACHE/drawn.pt" --checkpoint "$RUN" \
-    --steps "$STEPS" --batch 8 --time-limit "$LIMIT"
-if python -c "import json,sys; sys.exit(json.load(open('$RUN/progress.json'))['step'] < $STEPS)"; then
-    python -m videokv_node.tinyvlm.train_v6 --head "$RUN" --checkpoint "$RUN" --steps "$STEPS" --finish
-else
-    echo "[train] checkpointed in $RUN; run again to continue (make train-model)"
-fi
+
+step_of() { python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$1/progress.json" 2>/dev/null || echo 0; }
+
+# stage NAME FROM LAST_STEP ARGS...: train NAME from FROM's weights ('' for v5's) up to LAST_STEP, unless done.
+stage() {
+    local name="$1" from="$2" last="$3"; shift 3
+    local dir="$RUNS/$name"
+    mkdir -p "$dir"
+    if (( $(step_of "$dir") >= last )); then return 0; fi
+    python -m videokv_node.tinyvlm.train_v6 --seed 0 --init-from "$V5" --head "$HEAD" \
+        --feature-cache "$CACHE/drawn.pt" --checkpoint "$dir" ${from:+--weights-from "$RUNS/$from"} \
+        --batch 8 --threads 2 --time-limit "$LIMIT" "$@"
+    if (( $(step_of "$dir") < last )); then
+        echo "[train] $name checkpointed at step $(step_of "$dir") of $last; run again to continue (make train-model)"
+        exit 0
+    fi
+}
+
+stage v6-run1 "" 200 --steps 360 --stop-at 200 --lr 2e-4 --lora-lr 3e-4 --min-frames 8 --max-frames 40 --v5-share 0.35
+stage v6-run2 v6-run1 80 --steps 220 --stop-at 80 --lr 1e-4 --lora-lr 1e-3 --min-frames 8 --max-frames 32 --v5-share 0.25
+stage v6-run3 v6-run2 600 --steps 600 --lr 1e-4 --lora-lr 1e-3 --hour-kind-weights "hour colour=3,hour shape=3" \
+    --min-frames 8 --max-frames 24 --v5-share 0.35
+stage v6-run4 v6-run3 300 --steps 300 --lr 1e-4 --lora-lr 5e-4 --hour-kind-weights "hour colour=3,hour shape=3" \
+    --min-frames 8 --max-frames 24 --v5-share 0.45 --v5-kind-weights "motion=6,digit=4"
+python -m videokv_node.tinyvlm.train_v6 --seed 0 --init-from "$V5" --head "$HEAD" --checkpoint "$RUNS/v6-run4" \
+    --steps 300 --finish --out "$OUT"
+echo "[train] videokv-tiny v6.1 written to $OUT"

@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--letter-share", type=float, default=0.3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=None, help="checkpoint and stop after this many seconds")
+    p.add_argument("--stop-at", type=int, default=None, help="checkpoint and stop at this step, the schedule still "
+                   "--steps long: how v6-run1 and run2 ended (by time), reproducibly (scripts/train_videokv_tiny.sh)")
     p.add_argument("--finish", action="store_true", help="write the weights directory from the checkpoint and stop")
     p.add_argument("--head-only", action="store_true",
                    help="with --finish: the decoder and projector of --init-from unchanged, the head's words added "
@@ -231,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
         step, curve = state["step"], state["curve"]
         trainer._gen.set_state(state["gap_generator"])
         print(f"resumed at step {step}", flush=True)
+    if args.stop_at is not None and step >= args.stop_at:
+        print(f"already at step {step} (--stop-at {args.stop_at}): nothing to train", flush=True)
+        return
     meta = {"command": "python -m videokv_node.tinyvlm.train_v6 " + " ".join(sys.argv[1:] if argv is None else argv), "args": {k: str(v) for k, v in vars(args).items()},
             "examples": len(examples), "kinds": dict(kinds), "frames": len(features)}
     projector.train()
@@ -253,10 +258,11 @@ def main(argv: list[str] | None = None) -> None:
             acc = []
             print(f"step {step}/{args.steps} loss {curve[-1][1]:.4f} ({time.monotonic() - t_train:.0f} s)", flush=True)
         out_of_time = args.time_limit is not None and time.monotonic() - t0 > args.time_limit
+        out_of_time = out_of_time or step == args.stop_at
         if step % args.checkpoint_every == 0 or step == args.steps or out_of_time:
             save_checkpoint(args.checkpoint, projector, lora, opt, step, curve, trainer._gen.get_state(), meta)
         if out_of_time:
-            print(f"time limit: checkpointed at step {step}", flush=True)
+            print(f"{'stop-at' if step == args.stop_at else 'time limit'}: checkpointed at step {step}", flush=True)
             break
 
 
@@ -300,6 +306,7 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
     manifest.update({
         "version": "v6",
         "projector": projector.config(),
+        "lora": lora.config(),  # wider than init's after --lora-targets
         "nouns": dataclasses.asdict(nouns.config),
         "things": head.config(),
         "trainable_parameters": sum(p.numel() for p in projector.parameters()) + sum(p.numel() for p in lora.parameters()),
