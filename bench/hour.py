@@ -42,7 +42,7 @@ from bench import report
 from bench.accuracy import POLICIES, load_model
 from bench.hour_report import DOC, SPANS, render, span_markers
 from bench.hour_rows import (HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, real_things_arg,
-                             row_config, switch_row)
+                             row_config, shipped_variants, switch_row)
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
 from bench.report import log
@@ -50,6 +50,7 @@ from videokv_node.eval.footage import FootageLibrary
 from videokv_node.eval.hour_questions import hour_questions, locate_truths
 from videokv_node.eval.hour_stream import make_hour_stream
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, Question, VideoMemoryEngine
+from videokv_node.memory.config import ConfigError
 from videokv_node.memory.questions.locate import LocateQuery
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="robot")
     parser.add_argument("--without", default="", help="comma-separated rows left out: ceiling, shipped (the node's "
                         "defaults as shipped), full, recency, default")
+    parser.add_argument("--shipped-with", default="", help="rows of the node's shipped defaults with other values, as "
+                        "a params file would set them: ';'-separated sets of NAME=VALUE ('memory.local_window_tokens=216 "
+                        "memory.retrieve_frames=18; memory.local_window_tokens=288'): the candidates a default is chosen among")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
     parser.add_argument("--real-things", help="comma-separated held-out real photographs "
                         "glimpsed once each (tinyvlm/things_heldout.py sources; default: eval/hour_stream.py HOUR_REAL_THINGS "
@@ -205,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     presets = tuple(p for p in args.presets.split(",") if p)
     without = frozenset(w for w in args.without.split(",") if w)
     real = real_things_arg(args.real_things)
+    try:
+        shipped_with = shipped_variants(args.shipped_with)
+    except (ConfigError, ValueError) as exc:
+        parser.error(f"--shipped-with: {exc}")
     if not set(policies) <= set(POLICIES + HOUR_POLICIES) or not all(0 < b < 1 for b in budgets):
         parser.error(f"--policies must be a subset of {POLICIES + HOUR_POLICIES} and --budgets shares in (0, 1)")
     command = "python -m bench.hour" + "".join(f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
@@ -217,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = {}
     for n in (int(x) for x in args.frames.split(",")):
-        rows, skipped = plan_rows(n, T, sink, max_pos, policies, presets, budgets, without)
+        rows, skipped = plan_rows(n, T, sink, max_pos, policies, presets, budgets, without, tuple(shipped_with))
         seeds = [args.seed + j for j in range(args.streams)]
         if args.workers > 1:
             import multiprocessing

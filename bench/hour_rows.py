@@ -88,6 +88,7 @@ class Row:
     ingest_still_ms: list[float] = field(default_factory=list)  # per frame of a still shot, the row's ingest
     ingest_moving_ms: list[float] = field(default_factory=list)  # per frame of a moving shot
     locate_real_top3: list[bool] = field(default_factory=list)  # ~/locate of the real things (--real-things), top 3
+    params: dict = field(default_factory=dict)  # 'shipped' rows: node parameters set over the shipped defaults
 
     MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
               "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded", "encoder_calls", "ingest_still_ms",
@@ -116,24 +117,44 @@ def default_config(k: int, T: int, sink: int) -> MemoryConfig:
                         rekv=ReKVConfig())
 
 
-def shipped_config() -> MemoryConfig:
+def shipped_config(params: dict | None = None) -> MemoryConfig:
     """The node's memory exactly as shipped (issue 43): every ``memory.*`` parameter at its default, as
-    ``ros2 launch videokv_node memory.launch.py`` runs it, whatever the stream's length."""
+    ``ros2 launch videokv_node memory.launch.py`` runs it, whatever the stream's length; ``params`` (node parameter
+    names, 'memory.local_window_tokens') set over the defaults, as a params file would: the candidates a default
+    is chosen among."""
     from videokv_node.eval.settings import engine_settings
 
-    return engine_settings({}).memory
+    return engine_settings(dict(params or {})).memory
 
 
-def shipped_frames(T: int) -> int:
+def shipped_frames(T: int, params: dict | None = None) -> int:
     """Frames a question of the shipped node reads at most: its recent window and the retrieved frames."""
-    cfg = shipped_config()
+    cfg = shipped_config(params)
     return cfg.local_window_tokens // T + cfg.retrieve_frames
+
+
+def shipped_variants(text: str) -> list[dict]:
+    """``--shipped-with``: ';'-separated sets of space-separated NAME=VALUE node parameters
+    ('memory.local_window_tokens=216 memory.retrieve_frames=18; memory.local_window_tokens=288'), each checked
+    as the node checks its parameters (ConfigError names a bad one)."""
+    from videokv_node.eval.settings import parse_param
+
+    variants = [dict(parse_param(p) for p in part.split()) for part in text.split(";") if part.strip()]
+    for params in variants:
+        shipped_config(params)
+    return variants
+
+
+def shipped_label(params: dict) -> str:
+    """'node defaults as shipped', or with what a variant sets: '..., but local_window_tokens 216, retrieve_frames 18'."""
+    changed = ", ".join(f"{k.removeprefix('memory.')} {v}" for k, v in params.items())
+    return "node defaults as shipped" + (f", but {changed}" if changed else "")
 
 
 def row_config(row: Row, n: int, T: int, sink: int) -> MemoryConfig:
     """The engine configuration of ``row`` on an ``n``-frame stream (the ceiling's is made by the caller)."""
     if row.policy == "shipped":
-        return shipped_config()
+        return shipped_config(row.params)
     k = max(1, round(row.budget * n))
     if row.policy == "recency":
         return recency_config(k, T, sink)
@@ -171,13 +192,15 @@ def switch_row(engine, target: MemoryConfig) -> None:
 
 
 def plan_rows(n: int, T: int, sink: int, max_positions: int, policies: tuple[str, ...], presets: tuple[str, ...],
-              budgets: tuple[float, ...], without: frozenset[str]) -> tuple[list[Row], list[Row]]:
-    """(rows run, rows that cannot run here with the reason in ``note``), in table order."""
+              budgets: tuple[float, ...], without: frozenset[str], shipped_with: tuple[dict, ...] = ()) -> tuple[list[Row], list[Row]]:
+    """(rows run, rows that cannot run here with the reason in ``note``), in table order; ``shipped_with``: variants
+    of the shipped defaults (``shipped_variants``), a row each after the shipped one."""
     rows, skipped = [], []
     if "ceiling" not in without:
         rows.append(Row("ceiling (things + 4 other frames)", "ceiling", "robot", 1.0))
-    if "shipped" not in without:  # the node exactly as shipped: its own budget, not a share of the stream
-        rows.append(Row("node defaults as shipped", "shipped", "robot", 1.0, shipped_frames(T), still=shipped_config().redundancy.enabled))
+    for params in ({},) * ("shipped" not in without) + tuple(shipped_with):  # the node as shipped: its own budget
+        rows.append(Row(shipped_label(params), "shipped", "robot", 1.0, shipped_frames(T, params),
+                        still=shipped_config(params).redundancy.enabled, params=params))
     if "full" not in without:
         needs = sink + (n + 1) * T
         for p in ("full",) + (("full+tgvkv",) if "full+tgvkv" in policies else ()):

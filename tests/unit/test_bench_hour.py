@@ -7,7 +7,10 @@ import json
 import torch
 
 from bench.hour import main
-from bench.hour_rows import CachedVision, group_recall, plan_rows
+import pytest
+
+from bench.hour_rows import CachedVision, group_recall, plan_rows, row_config, shipped_variants
+from videokv_node.memory.config import ConfigError
 from videokv_node.vision_backend import VisionBackend
 
 
@@ -55,12 +58,34 @@ def test_full_is_skipped_past_the_models_positions():
     assert rows[1].frames == mem.local_window_tokens // 6 + mem.retrieve_frames
 
 
+def test_variants_of_the_shipped_defaults_are_rows_of_their_own_named_for_what_they_set():
+    variants = shipped_variants("memory.local_window_tokens=216 memory.retrieve_frames=18; memory.local_window_tokens=120")
+    assert variants == [{"memory.local_window_tokens": 216, "memory.retrieve_frames": 18}, {"memory.local_window_tokens": 120}]
+    rows, _ = plan_rows(1800, 12, 30, 8192, (), ("robot",), (0.02,), frozenset({"ceiling", "full", "recency", "default"}),
+                        tuple(variants))
+    assert [r.label for r in rows] == ["node defaults as shipped",
+                                       "node defaults as shipped, but local_window_tokens 216, retrieve_frames 18",
+                                       "node defaults as shipped, but local_window_tokens 120"]
+    from videokv_node.eval.settings import engine_settings
+
+    shipped = engine_settings({}).memory
+    first = row_config(rows[1], 1800, 12, 30)
+    assert (first.local_window_tokens, first.retrieve_frames, rows[1].frames) == (216, 18, 18 + 18)
+    assert first.budget_tokens == shipped.budget_tokens and first.policy == shipped.policy  # the rest as shipped
+    assert row_config(rows[2], 1800, 12, 30).retrieve_frames == shipped.retrieve_frames
+    with pytest.raises(ConfigError, match="no_such"):
+        shipped_variants("memory.no_such=1")
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        shipped_variants("memory.local_window_tokens")
+
+
 def test_a_short_hour_on_every_kind_of_row(tmp_path):
     out, details = tmp_path / "hour.md", tmp_path / "details.jsonl"
     assert main(["--model", "videokv-tiny-random", "--frames", "100", "--streams", "1", "--budgets", "0.03,0.06",
-                 "--policies", "rekv,hermes", "--out", str(out), "--details", str(details), "--footage", ""]) == 0
+                 "--policies", "rekv,hermes", "--out", str(out), "--details", str(details), "--footage", "",
+                 "--shipped-with", "memory.local_window_tokens=36 memory.retrieve_frames=2"]) == 0
     text = out.read_text()
-    for label in ("ceiling", "node defaults as shipped", "| full |", "recency @ 3%", "node default (rekv, robot) @ 6%", "rekv (robot) @ 3%",
+    for label in ("ceiling", "node defaults as shipped", "but local_window_tokens 36, retrieve_frames 2", "| full |", "recency @ 3%", "node default (rekv, robot) @ 6%", "rekv (robot) @ 3%",
                   "rekv (robot) @ 6%", "hermes (robot) @ 6%"):
         assert label in text, label
     lines = details.read_text().splitlines()
