@@ -42,7 +42,7 @@ from bench import report
 from bench.accuracy import POLICIES, load_model
 from bench.hour_report import DOC, SPANS, render, span_markers
 from bench.hour_rows import (HOUR_POLICIES, CachedVision, Row, engine_bytes, engine_key, group_recall, plan_rows, real_things_arg,
-                             row_config, shipped_variants, switch_row)
+                             names_option, row_config, shipped_variants, switch_row)
 from bench.long_stream import CEILING_DISTRACTORS
 from bench.machine import describe
 from bench.report import log
@@ -75,6 +75,10 @@ def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
     row.found.append(found)
     row.layer_share.append(share)
     row.ttft_s.append(answer.ttft_s)
+    if row.open:
+        said = engine.ask(Question(q.question)).text
+        row.open_correct.append(names_option(said, q.choices[q.answer], q.choices))
+        row.details[-1]["open"] = said
 
 
 def locate(engine: VideoMemoryEngine, stream, truths, row: Row) -> None:
@@ -193,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shipped-with", default="", help="rows of the node's shipped defaults with other values, as "
                         "a params file would set them: ';'-separated sets of NAME=VALUE ('memory.local_window_tokens=216 "
                         "memory.retrieve_frames=18; memory.local_window_tokens=288'): the candidates a default is chosen among")
+    parser.add_argument("--open", action="store_true", help="also ask every question without its options (greedy "
+                        "answer, right when it names the right option and no other): open answers against choice")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the streams (one torch thread each)")
     parser.add_argument("--real-things", help="comma-separated held-out real photographs "
                         "glimpsed once each (tinyvlm/things_heldout.py sources; default: eval/hour_stream.py HOUR_REAL_THINGS "
@@ -226,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for n in (int(x) for x in args.frames.split(",")):
         rows, skipped = plan_rows(n, T, sink, max_pos, policies, presets, budgets, without, tuple(shipped_with))
+        for row in rows:
+            row.open = args.open
         seeds = [args.seed + j for j in range(args.streams)]
         if args.workers > 1:
             import multiprocessing

@@ -79,6 +79,18 @@ def kinds_table(rows: list[Row]) -> str:
     return table(["row", *KINDS], body)
 
 
+def open_table(rows: list[Row]) -> str:
+    """``--open``: each row's questions asked with their options (likelihood) and without (greedy), by kind."""
+    body = []
+    for r in rows:
+        by_kind = []
+        for kind in KINDS:
+            got = [o for o, k in zip(r.open_correct, r.kinds) if k == kind]
+            by_kind.append(f"{sum(got)}/{len(got)}" if got else "-")
+        body.append([r.label, accuracy_cell(r.correct), accuracy_cell(r.open_correct), *by_kind])
+    return table(["row", "choice (likelihood)", "open (greedy, names the right option only)", *(f"open: {k}" for k in KINDS)], body)
+
+
 def render(results: dict[int, tuple[list[Row], list[Row]]], info: dict) -> str:
     mc = info["machine"]
     command = f"`{info['command']}` (niceness {info['niceness']}, seeds from {info['seed']})"
@@ -89,6 +101,7 @@ def render(results: dict[int, tuple[list[Row], list[Row]]], info: dict) -> str:
     for n, (rows, skipped) in results.items():
         hours = n * 2.0 / 3600
         notes = "".join(f"\n- `{r.label}`: {r.note}" for r in skipped)
+        open_part = f"\nOpen answers against choice (`--open`):\n\n{open_table(rows)}\n" if any(r.open_correct for r in rows) else ""
         parts.append(f"""### {n:,} frames a stream ({hours:.1f} h at 0.5 fps)
 
 {main_table(rows)}
@@ -96,7 +109,7 @@ def render(results: dict[int, tuple[list[Row], list[Row]]], info: dict) -> str:
 Right answers by kind:
 
 {kinds_table(rows)}
-{notes}""")
+{open_part}{notes}""")
     body = "\n\n".join(parts)
     return f"""## Results: a robot's hour (videokv-tiny, real footage)
 

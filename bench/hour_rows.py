@@ -89,10 +89,12 @@ class Row:
     ingest_moving_ms: list[float] = field(default_factory=list)  # per frame of a moving shot
     locate_real_top3: list[bool] = field(default_factory=list)  # ~/locate of the real things (--real-things), top 3
     params: dict = field(default_factory=dict)  # 'shipped' rows: node parameters set over the shipped defaults
+    open: bool = False  # --open: each question also asked without options, greedy (issue 43: open against choice)
+    open_correct: list[bool] = field(default_factory=list)
 
     MERGED = ("details", "correct", "kinds", "found", "layer_share", "ttft_s", "locate_top1", "locate_top3", "locate_error_s",
               "ingest_first_ms", "ingest_last_ms", "bytes_resident", "bytes_offloaded", "encoder_calls", "ingest_still_ms",
-              "ingest_moving_ms", "locate_real_top3")
+              "ingest_moving_ms", "locate_real_top3", "open_correct")
 
     @property
     def key(self) -> str:
@@ -101,6 +103,22 @@ class Row:
     def median(self, name: str) -> float | None:
         values = getattr(self, name)
         return statistics.median(values) if values else None
+
+
+def words_of(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+
+def names_option(answer: str, right: str, options: tuple[str, ...] | list[str]) -> bool:
+    """An open answer is right when it names the right option (its words, in order, somewhere in the answer) and
+    no other option ('the green triangle.' for 'green triangle'; 'twice' but not 'twice, or three times')."""
+    said = words_of(answer)
+
+    def named(option: str) -> bool:
+        w = words_of(option)
+        return any(said[i : i + len(w)] == w for i in range(len(said) - len(w) + 1))
+
+    return named(right) and not any(named(o) for o in options if o != right)
 
 
 def real_things_arg(value: str | None) -> tuple[str, ...]:

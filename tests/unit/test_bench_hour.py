@@ -9,7 +9,7 @@ import torch
 from bench.hour import main
 import pytest
 
-from bench.hour_rows import CachedVision, group_recall, plan_rows, row_config, shipped_variants
+from bench.hour_rows import CachedVision, group_recall, names_option, plan_rows, row_config, shipped_variants
 from videokv_node.memory.config import ConfigError
 from videokv_node.vision_backend import VisionBackend
 
@@ -77,6 +77,30 @@ def test_variants_of_the_shipped_defaults_are_rows_of_their_own_named_for_what_t
         shipped_variants("memory.no_such=1")
     with pytest.raises(ValueError, match="NAME=VALUE"):
         shipped_variants("memory.local_window_tokens")
+
+
+def test_an_open_answer_is_right_when_it_names_the_right_option_and_no_other():
+    counts = ("once", "twice", "three times", "four times")
+    assert names_option("Twice.", "twice", counts)
+    assert names_option("I saw it three times", "three times", counts)
+    assert not names_option("four times", "three times", counts)  # 'times' alone is not 'three times'
+    assert not names_option("twice, or three times", "twice", counts)  # two options named: not an answer
+    order = ("green triangle", "blue circle")
+    assert names_option("the green triangle came first", "green triangle", order)
+    assert not names_option("green", "green triangle", order) and not names_option("", "green triangle", order)
+    colours = ("red", "green", "blue", "yellow")
+    assert names_option("It was blue!", "blue", colours) and not names_option("blueish", "blue", colours)
+
+
+def test_open_answers_are_asked_beside_the_choice_and_tabled(tmp_path):
+    out, details = tmp_path / "hour.md", tmp_path / "details.jsonl"
+    assert main(["--model", "videokv-tiny-random", "--frames", "100", "--streams", "1", "--policies", "",
+                 "--without", "shipped,full,recency,default", "--open", "--out", str(out), "--details", str(details),
+                 "--footage", ""]) == 0
+    text = out.read_text()
+    assert "Open answers against choice" in text and "open (greedy, names the right option only)" in text
+    asked = [json.loads(line) for line in details.read_text().splitlines() if "question" in line]
+    assert asked and all(isinstance(d["open"], str) for d in asked)
 
 
 def test_a_short_hour_on_every_kind_of_row(tmp_path):
