@@ -9,7 +9,9 @@ Budgets follow ``bench/accuracy.py``'s ``memory_config`` (the long-stream grid's
 Besides its rows, one more: **the node's default** (``rekv`` under the robot preset exactly as
 config/memory.yaml sets it, one set retrieved for all layers by the question probe, the recent
 window attended, frames encoded against the recent window), its window and retrieval splitting
-the k frames in half (the node's 2,048-token window alone is 341 videokv-tiny frames, 19% of an hour).
+the k frames in half. The node as shipped (``shipped_config``: its own window and retrieval, 8 + 16 frames of
+videokv-tiny since issue 43, whatever the stream's length) is a row of its own, and ``--shipped-with`` rows try
+other values: the candidates its defaults were chosen among.
 """
 
 from __future__ import annotations

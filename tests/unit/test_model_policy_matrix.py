@@ -35,15 +35,30 @@ def test_every_model_runs_every_policy_with_its_defaults(adapter, policy, stage)
     choice = engine.ask(Question("Which?", options=["red", "blue"]))
     assert choice.option_index in (0, 1) and abs(sum(choice.option_scores) - 1) < 1e-4
     T = adapter.tokens_per_frame
+    expected = []
+    if T > 12:  # the window's default is 8 frames of videokv-tiny's 12 tokens (96): larger frames get 8 of their own
+        assert engine.config.local_window_tokens == 8 * T
+        expected.append(f"memory.local_window_tokens: the default 96 is 8 frames of videokv-tiny; this model's frames "
+                        f"are {T} tokens: using {8 * T} (8 frames)")
+    else:
+        assert engine.config.local_window_tokens == 96
     if policy == "mukv" and T % MuKVConfig().patch_split:
         split = engine.config.mukv.patch_split
         assert T % split == 0 and split == max(d for d in range(1, 5) if T % d == 0)
-        assert engine.adaptations == [
-            f"memory.mukv.patch_split: the default 4 does not divide the {T} tokens of a frame of this model; "
-            f"using {split} (patch blocks of {T // split} tokens)"
-        ]
-    else:
-        assert engine.adaptations == []
+        expected.append(f"memory.mukv.patch_split: the default 4 does not divide the {T} tokens of a frame of this model; "
+                        f"using {split} (patch blocks of {T // split} tokens)")
+    assert engine.adaptations == expected
+
+
+def test_a_window_set_away_from_its_default_is_kept_whatever_the_model():
+    from videokv_node.memory.records.model_fit import fit_to_model
+
+    for T in (6, 12, 196):
+        fitted, notes = fit_to_model(MemoryConfig(local_window_tokens=100), T)
+        assert fitted.local_window_tokens == 100 and notes == []
+    fitted, notes = fit_to_model(MemoryConfig(), 196)  # LLaVA-OneVision's frames: the default holds none of them
+    assert fitted.local_window_tokens == 1568 and len(notes) == 1
+    assert fit_to_model(MemoryConfig(), 12) == (MemoryConfig(), [])  # videokv-tiny: the default as it is
 
 
 def test_a_set_patch_split_the_model_cannot_take_is_refused_with_the_choices():

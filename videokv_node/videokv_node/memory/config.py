@@ -32,6 +32,7 @@ QUESTION_STAGES = ("none", "tgvkv")
 OPTION_SCORINGS = ("likelihood", "letter")  # how a multiple-choice question is read: the one list (engine, node, Spava, eval)
 DEFAULT_OPTION_SCORING = OPTION_SCORINGS[0]  # answer.option_scoring's default, and a Spava question's without one
 GRANULARITIES = ("patch", "frame", "segment")
+DEFAULT_WINDOW_FRAMES = 8  # memory.local_window_tokens' default in frames (issue 43: chosen on the hour, docs/bench/hour.md)
 
 # StreamKV's key elements of a segment (paper, "KV Compression via Guidance Prompt").
 STREAMKV_GUIDANCE = (
@@ -240,8 +241,8 @@ class MemoryConfig:
     question_stage: str = param("none", f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}", choices=QUESTION_STAGES)
     budget_tokens: int = param(16384, "cap on KV resident on the model's device, prompt sink included, in tokens' worth over all layers (hermes: per layer)", runtime=True)
     offload_bytes: int = param(1 << 30, "cap on host RAM for offloaded KV blocks, allocated once (rekv)", zero_ok=True)
-    local_window_tokens: int = param(2048, "tokens of recent frames each new frame attends to while encoding")
-    retrieve_frames: int = param(8, "rekv: frame blocks retrieved per layer for a question, besides the recent window", runtime=True, zero_ok=True)
+    local_window_tokens: int = param(DEFAULT_WINDOW_FRAMES * 12, f"tokens of recent frames each new frame attends to while encoding, and a question reads besides the retrieved ones (default: {DEFAULT_WINDOW_FRAMES} frames of videokv-tiny's 12 tokens; left at the default, a model with larger frames gets {DEFAULT_WINDOW_FRAMES} of its own frames: records/model_fit.py)")
+    retrieve_frames: int = param(16, "rekv: frame blocks retrieved per layer for a question, besides the recent window", runtime=True, zero_ok=True)
     prefill_batch: int = param(4, "frames prefilled in one decoder pass when the policy allows it (rekv), each exactly as alone; questions waiting run between two such passes; 1: a pass per frame")
     page_tokens: int = param(4, "allocation unit of the host arena, in tokens")  # divides 196 (LLaVA-OV) and 16 (tiny) exactly
     max_question_tokens: int = param(512, "longer questions are refused", runtime=True)
@@ -325,26 +326,3 @@ class GenerationConfig:
             raise ConfigError(
                 f"max_new_tokens must be in [1, {self.max_new_tokens_limit}], got {self.max_new_tokens}"
             )
-
-
-def fit_to_model(memory: MemoryConfig, tokens_per_frame: int) -> tuple[MemoryConfig, list[str]]:
-    """``memory`` with the policy defaults that cannot hold for a model of ``tokens_per_frame`` adapted,
-    and a sentence per adaptation (the node logs them); a value set away from its default that cannot
-    hold raises ConfigError naming the values that would.
-
-    Today one case: MuKV's patch blocks split a frame's tokens in ``patch_split`` equal runs. The
-    paper's 4 fits LLaVA-OneVision's 196 tokens; videokv-tiny has 6, so the default becomes the
-    largest divisor of the frame's tokens not above it (3: patch blocks of 2 tokens).
-    """
-    mukv = memory.mukv
-    if memory.policy != "mukv" or "patch" not in mukv.granularities or tokens_per_frame % mukv.patch_split == 0:
-        return memory, []
-    default = MuKVConfig().patch_split
-    divisors = [d for d in range(1, tokens_per_frame + 1) if tokens_per_frame % d == 0]
-    if mukv.patch_split != default:
-        raise ConfigError(f"memory.mukv.patch_split ({mukv.patch_split}) must divide the {tokens_per_frame} tokens of a frame "
-                          f"of this model: one of {divisors}")
-    split = max(d for d in divisors if d <= default)
-    fitted = dataclasses.replace(memory, mukv=dataclasses.replace(mukv, patch_split=split))
-    return fitted, [f"memory.mukv.patch_split: the default {default} does not divide the {tokens_per_frame} tokens of a frame "
-                    f"of this model; using {split} (patch blocks of {tokens_per_frame // split} tokens)"]

@@ -31,7 +31,8 @@ from concurrent.futures import Future
 
 import torch
 
-from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig, fit_to_model
+from videokv_node.memory.config import ConfigError, GenerationConfig, MemoryConfig
+from videokv_node.memory.records.model_fit import fit_to_model
 from videokv_node.memory.context.encoding import EncodeJob
 from videokv_node.memory.context.model_runner import ModelRunner
 from videokv_node.memory.context.question_stage import make_question_stage

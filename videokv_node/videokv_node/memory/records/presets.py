@@ -3,7 +3,7 @@
 Two presets:
 
 - ``robot`` (the default): the dataclasses' own defaults in ``memory/config.py``, chosen for
-  a robot's memory and latency (a 2048-token encoding window, 8 frames retrieved, HERMES at
+  a robot's memory and latency (an encoding window of 8 frames, 16 frames retrieved, HERMES at
   16384 tokens per layer, ...). Each departure from the paper is written next to the value
   in config/memory.yaml and in docs/POLICIES.md.
 - ``paper``: each seed's own defaults and mechanisms, per policy (``PAPER`` below): ReKV's
