@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         results[n] = (rows, skipped)
     info = dict(machine=machine, command=command, niceness=os.nice(0), wall_s=time.perf_counter() - t0,
                 load_end=os.getloadavg(), model=args.model, streams=args.streams, seed=args.seed,
-                library=library.names, threads=THREADS, real=", ".join(real))
+                library=library.names, threads=THREADS, real=", ".join(real), span=args.span)
     section = render(results, info)
     if args.details:
         with open(args.details, "w") as f:

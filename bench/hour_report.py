@@ -102,7 +102,8 @@ def render(results: dict[int, tuple[list[Row], list[Row]]], info: dict) -> str:
         hours = n * 2.0 / 3600
         notes = "".join(f"\n- `{r.label}`: {r.note}" for r in skipped)
         open_part = f"\nOpen answers against choice (`--open`):\n\n{open_table(rows)}\n" if any(r.open_correct for r in rows) else ""
-        parts.append(f"""### {n:,} frames a stream ({hours:.1f} h at 0.5 fps)
+        part = "" if info.get("span", "main") == "main" else f": {SPANS[info['span']]}"  # one heading per table (bench.headline)
+        parts.append(f"""### {n:,} frames a stream ({hours:.1f} h at 0.5 fps){part}
 
 {main_table(rows)}
 

@@ -25,7 +25,7 @@ if importlib.util.find_spec("skvideo") is None:
 from videokv_node.eval import robot_bag as rb  # noqa: E402
 from videokv_node.eval.questions import parse_questions  # noqa: E402
 from videokv_node.programs.memory_capture import capture_replay  # noqa: E402
-from videokv_node.view.markers import LABEL_LIFT_M, NS_FRAMES, NS_PATH, NS_WORDS  # noqa: E402
+from videokv_node.view.markers import LABEL_LIFT_M, NS_FRAMES, NS_PATH, NS_STILL, NS_WORDS  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[2] / "records" / "videokv-tiny" / "v5.1-candidate"
 SECONDS, MAX_FRAMES, MAX_LABELS = 22.0, 8, 40
@@ -56,13 +56,16 @@ def test_sighting_labels_sit_where_the_bag_says_the_thing_was_seen(ros, tmp_path
     assert cap.frames_ingested == len(stamps) == 22, cap.node_log[-3000:]
     final = cap.final
 
-    # One frame id, the odometry's; each (ns, id) always the same thing; deletes only of what was drawn.
+    # One frame id, the odometry's; each (ns, id) always the same thing; deletes only of frames and words, never the
+    # path. (Not "only of what this reader saw drawn": the topic is reliable and latched at depth 1, so a reader that
+    # falls behind gets the newest array and may miss one between, as CI's loaded run did once; view/markers.py's
+    # MarkerBook, which makes the deletes, is tested whole in tests/unit.)
     assert {m.frame_id for m in final.values()} == {rb.ODOM}
     drawn: dict[tuple[str, int], tuple] = {}
     for array in cap.arrays:
         for m in array:
             if m.kind == "delete":
-                assert m.key in drawn, f"delete of {m.key}, never drawn"
+                assert m.ns in (NS_FRAMES, NS_WORDS, NS_STILL), f"delete of {m.key}"
             elif m.kind != "delete_all" and m.ns != NS_PATH:  # the path (id 0) grows with the memory
                 assert drawn.setdefault(m.key, (m.position, m.text)) == (m.position, m.text), f"{m.key} moved or changed"
 

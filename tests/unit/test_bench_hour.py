@@ -96,8 +96,10 @@ def test_open_answers_are_asked_beside_the_choice_and_tabled(tmp_path):
     out, details = tmp_path / "hour.md", tmp_path / "details.jsonl"
     assert main(["--model", "videokv-tiny-random", "--frames", "100", "--streams", "1", "--policies", "",
                  "--without", "shipped,full,recency,default", "--open", "--out", str(out), "--details", str(details),
-                 "--footage", ""]) == 0
+                 "--footage", "", "--span", "defaults"]) == 0
     text = out.read_text()
+    # a span's table heading says which span (bench.headline finds the main table by its heading alone)
+    assert "### 100 frames a stream (0.1 h at 0.5 fps): the node's shipped defaults and the candidates for them" in text
     assert "Open answers against choice" in text and "open (greedy, names the right option only)" in text
     asked = [json.loads(line) for line in details.read_text().splitlines() if "question" in line]
     assert asked and all(isinstance(d["open"], str) for d in asked)
