@@ -53,12 +53,17 @@ def rss_bytes(pid: int) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
-def node_params(n: int, budget: float, tokens_per_frame: int, sink: int) -> dict:
-    k = max(1, round(budget * n))
-    cfg = default_config(k, tokens_per_frame, sink)
-    return {
+def node_params(n: int, budget: float | None, tokens_per_frame: int, sink: int) -> dict:
+    """The node's parameters: the harness's (topic, reliable QoS, one torch thread, no question timeout), and the
+    memory of ``bench.hour``'s node-default row at ``budget``; None: the memory exactly as shipped (``--as-shipped``)."""
+    harness = {
         "model": "videokv-tiny", "image_topics": ["/camera/image_raw"], "camera_qos": "reliable", "camera_qos_depth": 1000,
         "queue_size": 16, "stats_period_s": 0.05, "question_timeout_s": 3600.0, "torch_threads": 1,
+    }
+    if budget is None:
+        return harness
+    cfg = default_config(max(1, round(budget * n)), tokens_per_frame, sink)
+    return harness | {
         "memory.budget_tokens": cfg.budget_tokens, "memory.local_window_tokens": cfg.local_window_tokens,
         "memory.retrieve_frames": cfg.retrieve_frames, "memory.page_tokens": 1,
     }
@@ -188,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=1800)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=float, default=0.02)
+    parser.add_argument("--as-shipped", action="store_true", help="the node's memory exactly as shipped (every memory.* "
+                        "parameter at its default; --budget ignored) instead of the engine's node-default row at --budget")
     parser.add_argument("--real-things", help="as bench.hour's (the same stream)")
     parser.add_argument("--footage", default="test", help="as bench.hour's (the same stream)")
     parser.add_argument("--engine-details", type=Path, help="a `bench.hour --details` file of the same stream and "
@@ -204,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     real = real_things_arg(args.real_things)
     stream = make_hour_stream(f"hour{args.frames}-{args.seed}", args.frames, args.seed, FootageLibrary.load(split=args.footage or None),
                              real_things=real)
-    params = node_params(args.frames, args.budget, T, sink)
+    params = node_params(args.frames, None if args.as_shipped else args.budget, T, sink)
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"hour_ros_{os.getpid()}.log"
     m = run(stream, hour_questions(stream), locate_truths(stream), params, log_path)
     info = dict(machine=machine, command=command, niceness=os.nice(0), load_end=os.getloadavg(), frames=args.frames,
                 seed=args.seed, params=params, real=", ".join(t.noun for t in stream.real_things))
     if args.engine_details:
-        label = f"node default (rekv, robot) @ {args.budget:.0%}"
+        label = "node defaults as shipped" if args.as_shipped else f"node default (rekv, robot) @ {args.budget:.0%}"
         rows = [json.loads(line) for line in args.engine_details.read_text().splitlines()]
         engine = [d["chosen"] for d in rows if d["row"] == label and d["stream"] == stream.video_id and d["frames"] == args.frames
                   and "chosen" in d]  # a question's line, not a ~/locate's

@@ -140,3 +140,15 @@ def test_rows_share_an_engine_only_at_one_budget():
         assert len(keys(policy)) == 3, policy
     same = {engine_key(row_config(Row("", p, "robot", 0.02), 1800, 6, 20)) for p in ("rekv", "rekv+shared", "rekv+rerank")}
     assert len(same) == 1
+
+
+def test_the_hour_through_the_node_runs_the_shipped_memory_or_the_engine_row_s():
+    from bench.hour_ros import node_params
+    from bench.hour_rows import default_config
+
+    shipped = node_params(1800, None, 12, 30)
+    assert not any(k.startswith("memory.") for k in shipped)  # every memory.* parameter at the node's own default
+    row = node_params(1800, 0.02, 12, 30)
+    cfg = default_config(36, 12, 30)
+    assert row == shipped | {"memory.budget_tokens": cfg.budget_tokens, "memory.local_window_tokens": cfg.local_window_tokens,
+                             "memory.retrieve_frames": cfg.retrieve_frames, "memory.page_tokens": 1}
