@@ -68,26 +68,22 @@ def main_table(rows: list[Row]) -> str:
     return table(head, body)
 
 
+def by_kind(right: list[bool], kinds: list[str]) -> list[str]:
+    """'k/m' right of each of KINDS ('-' where none was asked), ``right`` and ``kinds`` per question."""
+    cells = []
+    for kind in KINDS:
+        got = [c for c, k in zip(right, kinds) if k == kind]
+        cells.append(f"{sum(got)}/{len(got)}" if got else "-")
+    return cells
+
+
 def kinds_table(rows: list[Row]) -> str:
-    body = []
-    for r in rows:
-        cells = []
-        for kind in KINDS:
-            got = [c for c, k in zip(r.correct, r.kinds) if k == kind]
-            cells.append(f"{sum(got)}/{len(got)}" if got else "-")
-        body.append([r.label, *cells])
-    return table(["row", *KINDS], body)
+    return table(["row", *KINDS], [[r.label, *by_kind(r.correct, r.kinds)] for r in rows])
 
 
 def open_table(rows: list[Row]) -> str:
     """``--open``: each row's questions asked with their options (likelihood) and without (greedy), by kind."""
-    body = []
-    for r in rows:
-        by_kind = []
-        for kind in KINDS:
-            got = [o for o, k in zip(r.open_correct, r.kinds) if k == kind]
-            by_kind.append(f"{sum(got)}/{len(got)}" if got else "-")
-        body.append([r.label, accuracy_cell(r.correct), accuracy_cell(r.open_correct), *by_kind])
+    body = [[r.label, accuracy_cell(r.correct), accuracy_cell(r.open_correct), *by_kind(r.open_correct, r.kinds)] for r in rows]
     return table(["row", "choice (likelihood)", "open (greedy, names the right option only)", *(f"open: {k}" for k in KINDS)], body)
 
 

@@ -33,6 +33,7 @@ OPTION_SCORINGS = ("likelihood", "letter")  # how a multiple-choice question is 
 DEFAULT_OPTION_SCORING = OPTION_SCORINGS[0]  # answer.option_scoring's default, and a Spava question's without one
 GRANULARITIES = ("patch", "frame", "segment")
 DEFAULT_WINDOW_FRAMES = 8  # memory.local_window_tokens' default in frames (issue 43: chosen on the hour, docs/bench/hour.md)
+DEFAULT_WINDOW_TOKENS = DEFAULT_WINDOW_FRAMES * 12  # ... in tokens: videokv-tiny's 12-token frames (records/model_fit.py)
 
 # StreamKV's key elements of a segment (paper, "KV Compression via Guidance Prompt").
 STREAMKV_GUIDANCE = (
@@ -241,7 +242,7 @@ class MemoryConfig:
     question_stage: str = param("none", f"question-time stage after the question's prefill: {' or '.join(QUESTION_STAGES)}", choices=QUESTION_STAGES)
     budget_tokens: int = param(16384, "cap on KV resident on the model's device, prompt sink included, in tokens' worth over all layers (hermes: per layer)", runtime=True)
     offload_bytes: int = param(1 << 30, "cap on host RAM for offloaded KV blocks, allocated once (rekv)", zero_ok=True)
-    local_window_tokens: int = param(DEFAULT_WINDOW_FRAMES * 12, f"tokens of recent frames each new frame attends to while encoding, and a question reads besides the retrieved ones (default: {DEFAULT_WINDOW_FRAMES} frames of videokv-tiny's 12 tokens; left at the default, a model with larger frames gets {DEFAULT_WINDOW_FRAMES} of its own frames: records/model_fit.py)")
+    local_window_tokens: int = param(DEFAULT_WINDOW_TOKENS, f"tokens of recent frames each new frame attends to while encoding, and a question reads besides the retrieved ones (default: {DEFAULT_WINDOW_FRAMES} frames of videokv-tiny's 12 tokens; left at the default, a model with larger frames gets {DEFAULT_WINDOW_FRAMES} of its own frames: records/model_fit.py)")
     retrieve_frames: int = param(16, "rekv: frame blocks retrieved per layer for a question, besides the recent window", runtime=True, zero_ok=True)
     prefill_batch: int = param(4, "frames prefilled in one decoder pass when the policy allows it (rekv), each exactly as alone; questions waiting run between two such passes; 1: a pass per frame")
     page_tokens: int = param(4, "allocation unit of the host arena, in tokens")  # divides 196 (LLaVA-OV) and 16 (tiny) exactly

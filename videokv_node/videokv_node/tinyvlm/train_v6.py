@@ -258,10 +258,10 @@ def main(argv: list[str] | None = None) -> None:
             acc = []
             print(f"step {step}/{args.steps} loss {curve[-1][1]:.4f} ({time.monotonic() - t_train:.0f} s)", flush=True)
         out_of_time = args.time_limit is not None and time.monotonic() - t0 > args.time_limit
-        out_of_time = out_of_time or step == args.stop_at
-        if step % args.checkpoint_every == 0 or step == args.steps or out_of_time:
+        stop = out_of_time or step == args.stop_at
+        if step % args.checkpoint_every == 0 or step == args.steps or stop:
             save_checkpoint(args.checkpoint, projector, lora, opt, step, curve, trainer._gen.get_state(), meta)
-        if out_of_time:
+        if stop:
             print(f"{'stop-at' if step == args.stop_at else 'time limit'}: checkpointed at step {step}", flush=True)
             break
 

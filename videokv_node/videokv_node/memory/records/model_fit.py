@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from videokv_node.memory.config import DEFAULT_WINDOW_FRAMES, ConfigError, MemoryConfig, MuKVConfig
+from videokv_node.memory.config import DEFAULT_WINDOW_FRAMES, DEFAULT_WINDOW_TOKENS, ConfigError, MemoryConfig, MuKVConfig
 
 
 def fit_to_model(memory: MemoryConfig, tokens_per_frame: int) -> tuple[MemoryConfig, list[str]]:
@@ -25,11 +25,10 @@ def fit_to_model(memory: MemoryConfig, tokens_per_frame: int) -> tuple[MemoryCon
     largest divisor of the frame's tokens not above it (3: patch blocks of 2 tokens).
     """
     notes = []
-    default_window = DEFAULT_WINDOW_FRAMES * 12  # MemoryConfig's local_window_tokens default (videokv-tiny's frames)
-    if memory.local_window_tokens == default_window and default_window < DEFAULT_WINDOW_FRAMES * tokens_per_frame:
+    if memory.local_window_tokens == DEFAULT_WINDOW_TOKENS and DEFAULT_WINDOW_TOKENS < DEFAULT_WINDOW_FRAMES * tokens_per_frame:
         window = DEFAULT_WINDOW_FRAMES * tokens_per_frame
         memory = dataclasses.replace(memory, local_window_tokens=window)
-        notes.append(f"memory.local_window_tokens: the default {default_window} is {DEFAULT_WINDOW_FRAMES} frames of "
+        notes.append(f"memory.local_window_tokens: the default {DEFAULT_WINDOW_TOKENS} is {DEFAULT_WINDOW_FRAMES} frames of "
                      f"videokv-tiny; this model's frames are {tokens_per_frame} tokens: using {window} "
                      f"({DEFAULT_WINDOW_FRAMES} frames)")
     memory, mukv_notes = _fit_mukv(memory, tokens_per_frame)
