@@ -106,3 +106,50 @@ def test_kind_weights_shift_the_mixture_and_bad_ones_are_refused():
         HourExampleSampler(1, needles, shots, kind_weights={"colour": 2})
     with pytest.raises(ValueError, match="kind weights"):
         HourExampleSampler(1, needles, shots, kind_weights={"hour colour": 0})
+
+
+def _pools():
+    needles = {n: [_frame("needle", k * 100 + j, n) for j in range(3)] for k, n in enumerate(NAMES)}
+    shots = [[_frame(f"shot{s}", s * 10 + j) for j in range(6)] for s in range(10)]
+    photos = [_frame(f"photo{p}", 9000 + p) for p in range(4)]
+    return needles, shots, photos
+
+
+def test_touching_and_glimpses_off_draw_what_runs_1_to_7_drew():
+    """The new options at 0 consume nothing of the generator: the recorded runs' examples are drawn again."""
+    needles, shots, photos = _pools()
+    assert (HourExampleSampler(5, needles, shots).examples(30)
+            == HourExampleSampler(5, needles, shots, glimpses=photos, touching_share=0.0, glimpse_share=0.0).examples(30))
+
+
+def test_touching_showings_are_back_to_back_and_counts_stay_defined():
+    needles, shots, photos = _pools()
+    sampler = HourExampleSampler(2, needles, shots, (8, 24), 0.0, touching_share=1.0, glimpses=photos, glimpse_share=1.0)
+    touched = glimpsed = 0
+    for _ in range(200):
+        frames, shown = sampler.context()
+        assert shown == showings(frames)  # two showings of one thing never touch: a count is still what it says
+        first, last = shown[0][1], shown[-1][2]
+        between = frames[first : last + 1]
+        background = [f.source.startswith("shot") for f in between]
+        glimpsed += any(f.source.startswith("photo") for f in frames)
+        # no background between the showings but the one frame two showings of one thing need
+        same = sum(1 for a, b in zip(shown, shown[1:]) if a[0] == b[0])
+        assert sum(background) <= same
+        touched += any(b[1] == a[2] + 1 for a, b in zip(shown, shown[1:]))
+    assert touched > 150 and glimpsed == 200
+    for ex in sampler.examples(300):  # glimpses are never an answer nor named in a question
+        assert "photo" not in ex.question and ex.answer not in {f.source for f in photos}
+        if ex.kind == "hour after":
+            runs = showings(ex.scenes)
+            x = next(n for n, _, _ in runs if f"the {n}" in ex.question)
+            at = next(i for i, r in enumerate(runs) if r[0] == x)
+            assert right(ex) == next(n for n, _, _ in runs[at + 1 :] if n != x)
+
+
+def test_bad_shares_are_refused():
+    needles, shots, photos = _pools()
+    with pytest.raises(ValueError, match="glimpse_share"):
+        HourExampleSampler(1, needles, shots, glimpse_share=0.5)  # no glimpses to show
+    with pytest.raises(ValueError, match="touching_share"):
+        HourExampleSampler(1, needles, shots, touching_share=1.5)

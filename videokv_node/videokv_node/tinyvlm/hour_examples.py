@@ -9,6 +9,14 @@ frame between showings), and one question of the hour's kinds (``eval/hour_quest
 colour's shape, which came first, what came right after, how many times. The trainer lays the frames out with the
 engine's position gaps (``ProjectorTrainer``'s ``max_gap``).
 
+Two options (off by default, so the runs recorded before them draw the same examples), for contexts laid out as
+the hour's ceiling and a memory's retrieval lay them out (issue 43, v6-run8: in every val ceiling question the
+thing asked about touches another thing's frames): ``touching_share`` of the contexts put the showings back to back
+(another thing's frames still between two showings of one thing, so a count stays defined; the background frames
+before and after them), and ``glimpse_share`` of them also show 1 to 3 glimpses of a real photograph
+(``glimpses``: frames of training photographs, as the hour glimpses held-out ones), 1 to 3 frames each, never
+asked about and never an answer.
+
 Wordings: ``WORDINGS``, none of them the hour's (``eval/hour_questions.py`` asks in words training never uses,
 tests/unit/test_hour_examples.py checks). Answers are the option texts the node's likelihood scoring compares
 ("red", "triangle", "the red circle" is asked as "red circle", "twice"); a ``letter_share`` of them is asked as
@@ -48,7 +56,8 @@ class HourExampleSampler:
 
     def __init__(self, seed: int, needles: dict[str, list[DrawnFrame]], shots: list[list[DrawnFrame]],
                  frames: tuple[int, int] = (8, 48), letter_share: float = 0.3,
-                 kind_weights: dict[str, float] | None = None):
+                 kind_weights: dict[str, float] | None = None, touching_share: float = 0.0,
+                 glimpses: list | None = None, glimpse_share: float = 0.0):
         """``kind_weights``: a kind's weight in the draw of each example's kind (the kinds a context allows; missing
         kinds weigh 1); None: every allowed kind alike (issue 43 run3 weighs colour and shape up: the kinds the
         decoder read worst)."""
@@ -62,6 +71,10 @@ class HourExampleSampler:
         if unknown or any(w <= 0 for w in (kind_weights or {}).values()):
             raise ValueError(f"kind weights must be positive and name kinds of {KINDS}: {kind_weights}")
         self.kind_weights = kind_weights
+        if not (0 <= touching_share <= 1 and 0 <= glimpse_share <= 1) or (glimpse_share > 0 and not glimpses):
+            raise ValueError(f"touching_share and glimpse_share are shares in [0, 1], glimpse_share needs glimpses: "
+                             f"{touching_share}, {glimpse_share}, {len(glimpses or ())} glimpses")
+        self.touching_share, self.glimpses, self.glimpse_share = touching_share, list(glimpses or ()), glimpse_share
 
     def _background(self, n: int) -> list[DrawnFrame]:
         out: list[DrawnFrame] = []
@@ -82,18 +95,32 @@ class HourExampleSampler:
         counts[int(rng.integers(k))] = int(rng.integers(1, 4))
         order = [t for t, c in enumerate(counts) for _ in range(c)]
         order = [order[i] for i in rng.permutation(len(order))]
+        touching = self.touching_share > 0 and rng.random() < self.touching_share
+        if self.glimpse_share > 0 and rng.random() < self.glimpse_share:
+            for _ in range(int(rng.integers(1, 4))):  # -1: a glimpse of a photograph, nobody's showing
+                order.insert(int(rng.integers(len(order) + 1)), -1)
         lengths = [int(rng.integers(1, 4)) for _ in order]
-        n = max(n, sum(lengths) + len(order) - 1)  # room for the showings and a frame between each two
-        spare = n - sum(lengths) - (len(order) - 1)
-        gaps = rng.multinomial(spare, np.full(len(order) + 1, 1 / (len(order) + 1))).tolist()
-        gaps = [g + (1 if 0 < i < len(order) else 0) for i, g in enumerate(gaps)]
+        # the frames another showing needs before it: 1 (v6-run1..7), or touching only one thing's showings
+        need = [0] + [0 if touching and (t != u or t < 0) else 1 for u, t in zip(order, order[1:])]
+        n = max(n, sum(lengths) + sum(need))
+        spare = n - sum(lengths) - sum(need)
+        if touching:  # the background before and after the showings, none between
+            ends = rng.multinomial(spare, [0.5, 0.5]).tolist()
+            gaps = [ends[0]] + need[1:] + [ends[1]]
+        else:
+            gaps = rng.multinomial(spare, np.full(len(order) + 1, 1 / (len(order) + 1))).tolist()
+            gaps = [g + (need[i] if i < len(order) else 0) for i, g in enumerate(gaps)]
         background = self._background(sum(gaps))
         frames, showings, b = [], [], 0
         for i, (t, length) in enumerate(zip(order, lengths)):
             frames += background[b : b + gaps[i]]
             b += gaps[i]
-            pool = self.needles[names[t]]
             first = len(frames)
+            if t < 0:
+                glimpse = self.glimpses[int(rng.integers(len(self.glimpses)))]
+                frames += [glimpse] * length
+                continue
+            pool = self.needles[names[t]]
             frames += [pool[int(rng.integers(len(pool)))] for _ in range(length)]
             showings.append((names[t], first, len(frames) - 1))
         frames += background[b:]
