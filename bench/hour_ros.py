@@ -173,7 +173,7 @@ def render(m: dict, info: dict) -> str:
         ["node ingest ms/frame p50, at 10% / at the end", f"{m['ingest_early_ms']:.1f} / {m['ingest_late_ms']:.1f}"],
         ["node RSS at 10% / at the end", f"{size(m['rss_early'])} / {size(m['rss_late'])}"],
         ["resident / offloaded KV at the end", f"{size(m['bytes'][0])} / {size(m['bytes'][1])}"],
-        ["answers equal to the engine's `node default` row", agree],
+        [f"answers equal to the engine's `{info.get('compared', 'node default')}` row", agree],
     ])
     return f"""## Results: a robot's hour through the node (videokv-tiny, real footage, over DDS)
 
@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(engine) != len(m["chosen"]):
             raise SystemExit(f"{args.engine_details}: {len(engine)} answers of {label!r} on {stream.video_id}, expected {len(m['chosen'])}")
         info["agree"] = f"{sum(a == b for a, b in zip(engine, m['chosen']))}/{len(m['chosen'])}"
+        info["compared"] = label
     section = render(m, info)
     report.publish(section, args.out, REPO, *MARKERS)
     return 0
