@@ -14,8 +14,9 @@ the hour's ceiling and a memory's retrieval lay them out (issue 43, v6-run8: in 
 thing asked about touches another thing's frames): ``touching_share`` of the contexts put the showings back to back
 (another thing's frames still between two showings of one thing, so a count stays defined; the background frames
 before and after them), and ``glimpse_share`` of them also show 1 to 3 glimpses of a real photograph
-(``glimpses``: frames of training photographs, as the hour glimpses held-out ones), 1 to 3 frames each, never
-asked about and never an answer.
+(``glimpses``: crops of training photographs, as the hour glimpses held-out ones), 1 to 3 frames each, never
+asked about and never an answer. Simplified against the hour: a glimpse repeats one crop, where the hour's shows
+views of its photograph a little apart.
 
 Wordings: ``WORDINGS``, none of them the hour's (``eval/hour_questions.py`` asks in words training never uses,
 tests/unit/test_hour_examples.py checks). Answers are the option texts the node's likelihood scoring compares
