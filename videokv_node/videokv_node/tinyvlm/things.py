@@ -124,6 +124,10 @@ class ThingSampler:
     def scenes(self) -> list[Scene]:
         return [s for crops in self.crops.values() for s in crops]
 
+    def photo_crops(self) -> list[Scene]:
+        """The crops of opencv-doc's photographs (no held-out one): what v6's long examples glimpse."""
+        return [s for k, crops in self.crops.items() if k.startswith("opencv:") for s in crops]
+
     def _noun(self, avoid: set[int]) -> int:
         while True:
             i = int(self.rng.integers(1, len(self.nouns)))

@@ -69,10 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hour-kind-weights", default="",
                    help="'hour colour=3,hour shape=3': the long examples' kinds drawn by these weights (others 1); "
                         "'' all alike")
-    p.add_argument("--touching-share", type=float, default=0.0, help="share of the long examples whose showings "
-                   "are back to back, as the hour's ceiling lays them out (HourExampleSampler; v6-run8); 0 as v6-run1..7")
-    p.add_argument("--glimpse-share", type=float, default=0.0, help="share of the long examples that also glimpse "
-                   "training photographs (ThingSampler's opencv crops) among the showings; 0 as v6-run1..7")
+    p.add_argument("--touching-share", type=float, default=0.0, help="HourExampleSampler's touching_share (run8 on)")
+    p.add_argument("--glimpse-share", type=float, default=0.0, help="HourExampleSampler's glimpse_share (run8 on)")
     p.add_argument("--min-frames", type=int, default=8)
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--v5-share", type=float, default=0.35, help="share of the mixture from v5's recipe")
@@ -143,10 +141,8 @@ def build_data(args, encoder, projector, head, nouns, log=print):
         elif not f.things:
             background[f.source].append(f)
     shots = [fs[i : i + 6] for fs in background.values() for i in range(0, len(fs), 6)]
-    glimpses = [c for k, crops in things.crops.items() if k.startswith("opencv:") for c in crops]
-    hour = HourExampleSampler(args.seed, dict(needles), shots, (args.min_frames, args.max_frames),
-                              args.letter_share, parse_weights(args.hour_kind_weights),
-                              args.touching_share, glimpses,
+    hour = HourExampleSampler(args.seed, dict(needles), shots, (args.min_frames, args.max_frames), args.letter_share,
+                              parse_weights(args.hour_kind_weights), args.touching_share, things.photo_crops(),
                               args.glimpse_share).examples(args.hour_examples)
     asked = things.questions(1500, {s: blocks[s].tolist() for s in things.scenes()}, scenes, 0.5, 4)
     rest = v5 + asked
@@ -180,8 +176,7 @@ def v5_pick(kinds: list[str], n: int, weights: dict[str, float] | None, seed: in
         return torch.randperm(len(kinds), generator=gen)[: min(len(kinds), n)].tolist()
     unknown = set(weights) - set(kinds)
     if unknown or any(w <= 0 for w in weights.values()):
-        raise ValueError(f"v5 kind weights must be positive and name kinds of v5's recipe ({sorted(set(kinds))}); "
-                         f"got {weights}")
+        raise ValueError(f"v5 kind weights must be positive and name kinds of v5's recipe ({sorted(set(kinds))}): {weights}")
     w = torch.tensor([weights.get(k, 1.0) for k in kinds], dtype=torch.float)
     return torch.multinomial(w, n, replacement=True, generator=gen).tolist()
 
@@ -323,9 +318,8 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
             "recipe": "tinyvlm/hour_examples.py HourExampleSampler over tinyvlm/drawn.py frames (train split), mixed with "
                       "v5's recipe at a smaller scale (train_v6.build_data)",
             "hour_examples": progress["args"]["hour_examples"], "frames": [progress["args"]["min_frames"], progress["args"]["max_frames"]],
-            "v5_share": progress["args"]["v5_share"],
-            "v5_kind_weights": progress["args"].get("v5_kind_weights", ""), "letter_share": progress["args"]["letter_share"],
-            **{k: progress["args"][k] for k in ("touching_share", "glimpse_share") if k in progress["args"]},  # from run8
+            "v5_share": progress["args"]["v5_share"], "v5_kind_weights": progress["args"].get("v5_kind_weights", ""),
+            "letter_share": progress["args"]["letter_share"], **{k: progress["args"][k] for k in ("touching_share", "glimpse_share") if k in progress["args"]},
             "kinds": progress["kinds"], "examples": progress["examples"], "distinct_frames": progress["frames"],
             "split": "tinyvlm/drawn.py SPLITS: train, val (choosing runs), test (reported; the hour's footage)"}},
         "training": {
