@@ -12,8 +12,8 @@ engine's position gaps (``ProjectorTrainer``'s ``max_gap``).
 Two options (off by default, so the runs recorded before them draw the same examples), for contexts laid out as
 the hour's ceiling and a memory's retrieval lay them out (issue 43, v6-run8: in every val ceiling question the
 thing asked about touches another thing's frames): ``touching_share`` of the contexts put the showings back to back
-(another thing's frames still between two showings of one thing, so a count stays defined; the background frames
-before and after them), and ``glimpse_share`` of them also show 1 to 3 glimpses of a real photograph
+(two showings of one thing still apart, by another thing's frames or one background frame, so a count stays
+defined; the other background frames before and after them), and ``glimpse_share`` of them also show 1 to 3 glimpses of a real photograph
 (``glimpses``: crops of training photographs, as the hour glimpses held-out ones), 1 to 3 frames each, never
 asked about and never an answer. Simplified against the hour: a glimpse repeats one crop, where the hour's shows
 views of its photograph a little apart.
@@ -101,7 +101,8 @@ class HourExampleSampler:
             for _ in range(int(rng.integers(1, 4))):  # -1: a glimpse of a photograph, nobody's showing
                 order.insert(int(rng.integers(len(order) + 1)), -1)
         lengths = [int(rng.integers(1, 4)) for _ in order]
-        # the frames another showing needs before it: 1 (v6-run1..7), or touching only one thing's showings
+        # background frames a showing needs before it: 1 after any other (v6-run1..7); touching, 1 only after a
+        # showing of the same thing
         need = [0] + [0 if touching and (t != u or t < 0) else 1 for u, t in zip(order, order[1:])]
         n = max(n, sum(lengths) + sum(need))
         spare = n - sum(lengths) - sum(need)
