@@ -152,6 +152,37 @@ def test_names_are_whole_words_singular_or_plural(subject, word, said):
     assert names(subject, word) is said
 
 
+@pytest.mark.parametrize("subject, word, said", [
+    # the rest alone: a blue circle is a circle, unless the subject gives it another colour
+    ("Which colour did the circle have?", "blue circle", True),
+    ("What colour were the circles?", "blue circle", True),
+    ("the red circle", "blue circle", False),
+    ("the blue circle", "blue circle", True),
+    ("the big blue circle", "blue circle", True),
+    ("Where did you last see the snake?", "green snake", True),  # the noun table's words too
+    ("the fox", "red fox", True),
+    ("the grey fox", "red fox", False),
+    # the colour before a word for any thing, or last
+    ("What shape was the green thing?", "green triangle", True),
+    ("the green things", "green triangle", True),
+    ("a green one", "green triangle", True),
+    ("the green object", "green triangle", True),
+    ("Which shape was green?", "green triangle", True),
+    ("What shape was the green thing?", "blue triangle", False),
+    ("Which shape was green?", "red triangle", False),
+    # a colour elsewhere names nothing; only a colour in first place counts
+    ("the red toolbox", "red square", False),
+    ("green paint on the wall", "green triangle", False),
+    ("the heron", "little blue heron", False),
+    ("the blue thing", "little blue heron", False),
+    ("the triangle", "triangle", True),  # a word of one: as before
+])
+def test_a_colour_word_is_named_by_its_thing_or_by_its_colour(subject, word, said):
+    """The colour rule (memory/store/words.py's module doc), by hand: a frame's "blue circle" is found by a
+    question about the circle's colour or the blue thing's shape, never by another colour's thing."""
+    assert names(subject, word) is said
+
+
 def fake_block(i: int, stamp_s: float, words: tuple[str, ...], camera: str = "/cam", span_end_s: float = 0.0):
     """What ``words_shortlist`` reads of a FrameBlock."""
     stamp = round(stamp_s * 1e9)

@@ -13,6 +13,17 @@ group does (``SYNONYMS``: a planner says "couch", "bike" or "puppy" where the ta
 "bicycle" or "dog"; the table's nouns are British English, so some American ones are here too). The groups
 are ours, a short hand-written list of everyday synonyms, not derived from the noun table: a word of no
 group is matched only as itself. No stemming beyond those endings ("knives" does not name "knife").
+
+A word that begins with a colour (``COLOUR_WORDS``: videokv-tiny v6's drawn things, "blue circle", and the
+table's "red fox" or "green snake") is a thing of that colour, so it is also named (issue 43; ours) by
+- its rest alone, unless another colour stands right before it: "the circle" names "blue circle", "the red
+  circle" does not; a question about a thing's colour names the thing without its colour ("Which colour did the
+  circle have?"), and until this rule no drawn thing's word was ever named by one;
+- its colour before a word that stands for any thing (``ANY_THING``: "the blue thing", "a blue one", "the blue
+  shape"), or its colour as the subject's last word ("Which shape was blue?"): a question about a thing's shape
+  names it by its colour.
+Only a colour in first place counts ("little blue heron" is named as a whole only), and a colour alone in the
+middle of a subject names nothing ("the red toolbox" does not name "red square").
 """
 
 from __future__ import annotations
@@ -50,6 +61,12 @@ SYNONYMS: tuple[frozenset[str], ...] = tuple(frozenset(g) for g in (
     {"trousers", "pants", "jeans"},
 ))
 _GROUP_OF = {w: g for g in SYNONYMS for w in g}
+# Basic colour terms (``names``' colour rule; British and American grey). Ours: the four drawn colours of
+# videokv-tiny v6 (models/things_head.py THING_COLOURS) and the other common ones.
+COLOUR_WORDS = frozenset({"red", "green", "blue", "yellow", "orange", "purple", "pink", "white", "black", "brown",
+                          "grey", "gray"})
+# Words that stand for a thing of any kind after a colour ("the green thing"); each maybe plural.
+ANY_THING = frozenset({"thing", "one", "object", "shape", "item"})
 _WORD = re.compile(r"[a-z]+")
 # A thing out of view this long (15 sampled frames at the default sample_fps 0.5) is seen again in a new sighting
 # (``sightings``); ours, not from a seed.
@@ -72,12 +89,29 @@ def _said(subject: list[str], word: str) -> bool:
     return n > 0 and any(all(_same_word(subject[i + j], want[j]) for j in range(n)) for i in range(len(subject) - n + 1))
 
 
+def _said_by_colour(subject: list[str], word: str) -> bool:
+    """The colour rule (module doc) for ``word`` = colour + rest: the rest said with no other colour right before
+    it, or the colour said before a word of ``ANY_THING`` or as the subject's last word."""
+    want = _WORD.findall(word)
+    if len(want) < 2 or want[0] not in COLOUR_WORDS:
+        return False
+    colour, rest, n = want[0], want[1:], len(want) - 1
+    for i in range(len(subject) - n + 1):
+        if all(_same_word(subject[i + j], rest[j]) for j in range(n)):
+            if i == 0 or subject[i - 1] not in COLOUR_WORDS or subject[i - 1] == colour:
+                return True
+    for i, w in enumerate(subject):
+        if w == colour and (i == len(subject) - 1 or any(_same_word(subject[i + 1], t) for t in ANY_THING)):
+            return True
+    return False
+
+
 def names(subject: str, word: str) -> bool:
     """Whether ``word`` (one of a frame's words, maybe several: "traffic light") is said in ``subject``, itself
-    or by a synonym (module doc)."""
+    or by a synonym, or a thing of its colour by the colour rule (module doc)."""
     said = _WORD.findall(subject.lower())
     word = word.lower()
-    return any(_said(said, w) for w in _GROUP_OF.get(word, (word,)))
+    return any(_said(said, w) or _said_by_colour(said, w) for w in _GROUP_OF.get(word, (word,)))
 
 
 def sightings(blocks: Sequence["FrameBlock"], gap_s: float = SIGHTING_GAP_S) -> list[list["FrameBlock"]]:
