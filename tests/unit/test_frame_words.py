@@ -20,7 +20,7 @@ from tests.unit.test_pose_memory import POLICY_CONFIGS, engine, feed
 from videokv_node.memory import Frame, Question
 from videokv_node.memory.config import MuKVConfig, ReKVConfig
 from videokv_node.memory.questions.locate import LocateQuery, Moment, with_named
-from videokv_node.memory.store.words import SYNONYMS, names, words_shortlist
+from videokv_node.memory.store.words import COLOUR_WORDS, SYNONYMS, names, words_shortlist
 from videokv_node.memory.snapshot.format import SnapshotError, load_snapshot, save_snapshot
 
 
@@ -176,11 +176,29 @@ def test_names_are_whole_words_singular_or_plural(subject, word, said):
     ("the heron", "little blue heron", False),
     ("the blue thing", "little blue heron", False),
     ("the triangle", "triangle", True),  # a word of one: as before
+    ("the gray circle", "grey circle", True),  # one colour, two spellings
+    ("the grey thing", "gray circle", True),
 ])
 def test_a_colour_word_is_named_by_its_thing_or_by_its_colour(subject, word, said):
     """The colour rule (memory/store/words.py's module doc), by hand: a frame's "blue circle" is found by a
     question about the circle's colour or the blue thing's shape, never by another colour's thing."""
     assert names(subject, word) is said
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(COLOUR_WORDS)), st.sampled_from(sorted(COLOUR_WORDS)),
+       st.sampled_from(["circle", "square", "triangle", "fox", "traffic light"]),
+       st.sampled_from(["", "big ", "small "]), st.sampled_from(["the {}", "Where did you see the {}?",
+                                                                "What colour was the {} you saw?"]))
+def test_a_coloured_thing_is_never_named_by_another_colours_thing(colour, asked, thing, size, wording):
+    """For any two colours and a thing: "<asked> <thing>" names the frame word "<colour> <thing>" exactly when the
+    colours are the same, the thing alone (any size word before it) always does, and a word of one colour's any-thing
+    names it exactly when the colours are the same (grey and gray are one colour)."""
+    word = f"{colour} {thing}"
+    same = {asked, colour} == {"grey", "gray"} or asked == colour
+    assert names(wording.format(f"{size}{asked} {thing}"), word) is same
+    assert names(wording.format(f"{size}{thing}"), word)
+    assert names(wording.format(f"{asked} thing"), word) is same
 
 
 def fake_block(i: int, stamp_s: float, words: tuple[str, ...], camera: str = "/cam", span_end_s: float = 0.0):

@@ -23,7 +23,7 @@ table's "red fox" or "green snake") is a thing of that colour, so it is also nam
   shape"), or its colour as the subject's last word ("Which shape was blue?"): a question about a thing's shape
   names it by its colour.
 Only a colour in first place counts ("little blue heron" is named as a whole only), and a colour alone in the
-middle of a subject names nothing ("the red toolbox" does not name "red square").
+middle of a subject names nothing ("the red toolbox" does not name "red square"). Grey and gray are one colour.
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ _GROUP_OF = {w: g for g in SYNONYMS for w in g}
 # videokv-tiny v6 (models/things_head.py THING_COLOURS) and the other common ones.
 COLOUR_WORDS = frozenset({"red", "green", "blue", "yellow", "orange", "purple", "pink", "white", "black", "brown",
                           "grey", "gray"})
+_SAME_COLOUR = {"gray": "grey"}  # one colour, two spellings
+
+
+def _colour(word: str) -> str:
+    return _SAME_COLOUR.get(word, word)
+
+
 # Words that stand for a thing of any kind after a colour ("the green thing"); each maybe plural.
 ANY_THING = frozenset({"thing", "one", "object", "shape", "item"})
 _WORD = re.compile(r"[a-z]+")
@@ -98,10 +105,10 @@ def _said_by_colour(subject: list[str], word: str) -> bool:
     colour, rest, n = want[0], want[1:], len(want) - 1
     for i in range(len(subject) - n + 1):
         if all(_same_word(subject[i + j], rest[j]) for j in range(n)):
-            if i == 0 or subject[i - 1] not in COLOUR_WORDS or subject[i - 1] == colour:
+            if i == 0 or subject[i - 1] not in COLOUR_WORDS or _colour(subject[i - 1]) == _colour(colour):
                 return True
     for i, w in enumerate(subject):
-        if w == colour and (i == len(subject) - 1 or any(_same_word(subject[i + 1], t) for t in ANY_THING)):
+        if w in COLOUR_WORDS and _colour(w) == _colour(colour) and (i == len(subject) - 1 or any(_same_word(subject[i + 1], t) for t in ANY_THING)):
             return True
     return False
 
