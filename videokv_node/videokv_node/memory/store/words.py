@@ -108,7 +108,9 @@ def _said_by_colour(subject: list[str], word: str) -> bool:
             if i == 0 or subject[i - 1] not in COLOUR_WORDS or _colour(subject[i - 1]) == _colour(colour):
                 return True
     for i, w in enumerate(subject):
-        if w in COLOUR_WORDS and _colour(w) == _colour(colour) and (i == len(subject) - 1 or any(_same_word(subject[i + 1], t) for t in ANY_THING)):
+        if w not in COLOUR_WORDS or _colour(w) != _colour(colour):
+            continue
+        if i == len(subject) - 1 or any(_same_word(subject[i + 1], t) for t in ANY_THING):
             return True
     return False
 
