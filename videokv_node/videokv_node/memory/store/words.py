@@ -29,7 +29,7 @@ middle of a subject names nothing ("the red toolbox" does not name "red square")
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the store's word index imports this module
@@ -90,10 +90,16 @@ def _same_word(said: str, word: str) -> bool:
     return said == word or said in _plurals(word) or word in _plurals(said)
 
 
-def _said(subject: list[str], word: str) -> bool:
-    want = _WORD.findall(word)
+def _places(subject: list[str], want: list[str]) -> Iterator[int]:
+    """Where the words ``want`` stand in a row in ``subject`` (each maybe plural): their first word's places."""
     n = len(want)
-    return n > 0 and any(all(_same_word(subject[i + j], want[j]) for j in range(n)) for i in range(len(subject) - n + 1))
+    for i in range(len(subject) - n + 1 if n else 0):
+        if all(_same_word(subject[i + j], want[j]) for j in range(n)):
+            yield i
+
+
+def _said(subject: list[str], word: str) -> bool:
+    return any(True for _ in _places(subject, _WORD.findall(word)))
 
 
 def _said_by_colour(subject: list[str], word: str) -> bool:
@@ -102,11 +108,10 @@ def _said_by_colour(subject: list[str], word: str) -> bool:
     want = _WORD.findall(word)
     if len(want) < 2 or want[0] not in COLOUR_WORDS:
         return False
-    colour, rest, n = want[0], want[1:], len(want) - 1
-    for i in range(len(subject) - n + 1):
-        if all(_same_word(subject[i + j], rest[j]) for j in range(n)):
-            if i == 0 or subject[i - 1] not in COLOUR_WORDS or _colour(subject[i - 1]) == _colour(colour):
-                return True
+    colour = want[0]
+    for i in _places(subject, want[1:]):
+        if i == 0 or subject[i - 1] not in COLOUR_WORDS or _colour(subject[i - 1]) == _colour(colour):
+            return True
     for i, w in enumerate(subject):
         if w not in COLOUR_WORDS or _colour(w) != _colour(colour):
             continue
