@@ -26,6 +26,7 @@ from videokv_interfaces.msg import MemoryStats
 from videokv_interfaces.srv import AskVideo, LoadMemory, Locate, SaveMemory
 
 from videokv_node.ros.conversions import ns_to_time
+from videokv_node.ros.goal_calls import LOST_GOAL_NOTE, GoalCall, lost_goal
 
 
 FEEDBACK_DEPTH = 1000  # feedback messages this client queues per topic before the oldest is dropped
@@ -166,8 +167,11 @@ class MemoryClient:
             self._feedback_sinks[key] = on_feedback
         try:
             deadline = time.monotonic() + timeout
-            send = self._on_executor(lambda: self._ask_action.send_goal_async(goal, goal_uuid=goal_id), deadline)
-            goal_handle = self._wait(send, deadline, "goal response")
+            box: dict = {}
+            call = GoalCall(self._executor, self._ask_action, AskVideoAction, goal, lambda h: box.update(handle=h), goal_id=goal_id)
+            if not call.wait_handle(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError("no goal response from the ask action in time")
+            goal_handle = box["handle"]  # the server's, or presumed accepted when its response was lost (goal_calls)
             if not goal_handle.accepted:
                 rejected = AskVideoAction.Result(success=False, message="goal rejected by the node (too many questions waiting)")
                 rejected.option_index = -1
@@ -178,6 +182,10 @@ class MemoryClient:
             if cancel_now:  # not under the lock: on_feedback takes it on the executor thread this waits for
                 self._on_executor(goal_handle.cancel_goal_async, deadline)
             response = self._wait(self._on_executor(goal_handle.get_result_async, deadline), deadline, "result")
+            if lost_goal(response.status):
+                lost = AskVideoAction.Result(success=False, message=LOST_GOAL_NOTE)
+                lost.option_index = -1
+                return StreamedAnswer(lost, list(texts), GoalStatus.STATUS_UNKNOWN)
             # The answer the last feedback will hold; None (wait for quiet) when refused, canceled or empty.
             answer = response.result.answer if response.result.success and response.result.answer else None
             drain_end = time.monotonic() + FEEDBACK_DRAIN_S

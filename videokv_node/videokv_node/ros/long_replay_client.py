@@ -17,6 +17,7 @@ If the service is absent the node answers from its own memory and says so in
 from __future__ import annotations
 
 import threading
+import time
 
 from rclpy.action import ActionClient
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -30,6 +31,7 @@ from videokv_node.ingest.frame_archive import FrameArchive
 from videokv_node.ingest.image_decode import encode_raw_image
 from videokv_node.memory.config import DEFAULT_OPTION_SCORING
 from videokv_node.ros.conversions import ns_to_time, pose_to_msg, time_to_ns
+from videokv_node.ros.goal_calls import LOST_GOAL_NOTE, GoalCall, lost_goal
 from videokv_node.ros.params import SpavaSettings
 
 ABSENT_NOTE = "long-replay service absent: answered from the node's own memory"
@@ -114,16 +116,23 @@ class LongReplayClient:
         return True, ""
 
     def _run(self, goal):
-        """The action's result, or a string saying why there is none. Blocks this (executor) thread only."""
+        """The action's result, or a string saying why there is none. Blocks this (executor) thread only.
+
+        A goal response lost in discovery (``ros/goal_calls.py``) does not hang the question: the
+        result is asked by the goal's id.
+        """
         done = threading.Event()
         box: dict = {}
 
         def on_result(fut):
-            box["result"] = fut.result().result
+            response = fut.result()
+            if lost_goal(response.status):
+                box["error"] = f"long replay failed: {LOST_GOAL_NOTE}"
+            else:
+                box["result"] = response.result
             done.set()
 
-        def on_goal(fut):
-            handle = fut.result()
+        def on_goal(handle):
             if not handle.accepted:
                 box["error"] = "the long-replay service rejected the question (busy)"
                 done.set()
@@ -131,9 +140,10 @@ class LongReplayClient:
             box["handle"] = handle
             handle.get_result_async().add_done_callback(on_result)
 
-        self._executor.create_task(lambda: self._client.send_goal_async(goal).add_done_callback(on_goal))
-        if not done.wait(self._s.timeout_s):
+        deadline = time.monotonic() + self._s.timeout_s
+        call = GoalCall(self._executor, self._client, LongReplay, goal, on_goal)
+        if not (call.wait_handle(self._s.timeout_s) and done.wait(max(0.0, deadline - time.monotonic()))):
             if "handle" in box:
-                box["handle"].cancel_goal_async()
+                self._executor.create_task(box["handle"].cancel_goal_async)
             return f"no answer from the long-replay service within spava.timeout_s ({self._s.timeout_s} s)"
         return box.get("error") or box["result"]
