@@ -10,8 +10,8 @@
 #   make picture        the README's picture of the memory (docs/images/memory.png): make bag's drive replayed through
 #                       the node over DDS, ~/memory_markers seen from above beside ~/memory_sheet (about 1 minute)
 #   make docs           regenerate docs/PARAMETERS.md's tables from the parameters' dataclass fields
-#   make train-model    make videokv-tiny v6.2 (issue 43) from v5 as it was made: the drawn-things head (minutes), then
-#                       the decoder's LoRA and projector in seven staged runs under TRAIN_RUN (records/videokv-tiny:
+#   make train-model    make videokv-tiny v6.3 (issue 43) from v5 as it was made: the drawn-things head (minutes), then
+#                       the decoder's LoRA and projector in nine staged runs under TRAIN_RUN (records/videokv-tiny:
 #                       the committed ones, done, so it only rewrites the weights), each resumable (TRAIN_LIMIT seconds
 #                       a call; hours on 2 CPU cores from an empty TRAIN_RUN), then the weights directory
 #   make bench          the engine parts, the memory policies and the vision backends (about 9 minutes)

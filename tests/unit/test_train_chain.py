@@ -1,4 +1,4 @@
-"""``scripts/train_videokv_tiny.sh`` (``make train-model``) makes v6.2 as it was made: each stage's schedule is the
+"""``scripts/train_videokv_tiny.sh`` (``make train-model``) makes v6.3 as it was made: each stage's schedule is the
 one its run recorded (records/videokv-tiny/v6-runN/progress.json), from the run before it, to the step it reached.
 
 Read from the script's text and parsed by train_v6's own parser, so a stage whose arguments drift from the record,
@@ -22,15 +22,15 @@ RECORDS = REPO / "records" / "videokv-tiny"
 SCHEDULE = ("seed", "steps", "batch", "lr", "lora_lr", "min_frames", "max_frames", "v5_share", "hour_kind_weights",
             "v5_kind_weights", "max_gap", "gap_share", "hour_examples", "letter_share", "head_frames", "lora_targets",
             "touching_share", "glimpse_share")
-RUNS = ["v6-run1", "v6-run2", "v6-run3", "v6-run4", "v6-run6", "v6-run7", "v6-run8"]
-FROM = ["", "v6-run1", "v6-run2", "v6-run3", "v6-run4", "v6-run6", "v6-run7"]  # run5 was a side branch
+RUNS = ["v6-run1", "v6-run2", "v6-run3", "v6-run4", "v6-run6", "v6-run7", "v6-run8", "v6-run9", "v6-run10"]
+FROM = ["", "v6-run1", "v6-run2", "v6-run3", "v6-run4", "v6-run6", "v6-run7", "v6-run8", "v6-run9"]  # run5 was a side branch
 
 
 def stages() -> dict[str, tuple[str, int, list[str]]]:
     text = SCRIPT.read_text().replace("\\\n", " ")
     found = {}
     for line in text.splitlines():
-        if re.match(r"^stage v6-run\d ", line):
+        if re.match(r"^stage v6-run\d+ ", line):
             name, source, last, *args = shlex.split(line)[1:]
             found[name] = (source, int(last), args)
     return found
