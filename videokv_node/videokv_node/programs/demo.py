@@ -305,7 +305,7 @@ def main(argv=None) -> int:
         print(
             "NOTE: videokv-tiny is the small self-trained model (EfficientNet-Lite0 + SmolLM2, see docs/MODELS.md): it sees\n"
             "      for real, on scenes like those it was trained on, names everyday things by ImageNet's classes and drawn\n"
-            "      shapes by a head of its own (v6.2; held-out accuracy in docs/MODELS.md).\n"
+            "      shapes by a head of its own (v6.3; held-out accuracy in docs/MODELS.md).\n"
             "      make demo MODEL=tiny runs the random-weight model instead (fast, answers meaningless)."
         )
     elif tiny:
