@@ -22,8 +22,7 @@ from tests.unit.helpers import plain_forward, random_frames, stream_positions
 from videokv_node.memory import Frame, GenerationConfig, MemoryConfig, RequestError, VideoMemoryEngine
 from videokv_node.config_base import ConfigError
 from videokv_node.memory.config import AnswerConfig, ReKVConfig
-from videokv_node.memory.questions.locate import (LocateQuery, Moment, contrast_words, contrasted, rank_moments,
-                                                  rerank_by_likelihood, subject_of)
+from videokv_node.memory.questions.locate import LocateQuery, Moment, rank_moments, rerank_by_likelihood, subject_of
 from videokv_node.pose import Pose, yaw_quaternion
 
 ATOL = 1e-9
@@ -37,9 +36,8 @@ def make_engine(adapter, policy: str, rerank: int = 0, **kw) -> VideoMemoryEngin
     return VideoMemoryEngine(adapter, MemoryConfig(**cfg), generation(rerank))
 
 
-def generation(rerank: int, prompt: str = "What is in the image?", contrast: int = 0) -> GenerationConfig:
-    return GenerationConfig(max_new_tokens=2, answer=AnswerConfig(locate_rerank=rerank, locate_prompt=prompt,
-                                                                  locate_contrast=contrast))
+def generation(rerank: int, prompt: str = "What is in the image?") -> GenerationConfig:
+    return GenerationConfig(max_new_tokens=2, answer=AnswerConfig(locate_rerank=rerank, locate_prompt=prompt))
 
 
 def posed(frames: list[Frame]) -> list[Frame]:
@@ -365,8 +363,6 @@ def test_rerank_by_likelihood_scores_each_block_once_and_keeps_ties_in_order():
 def test_rerank_settings_are_checked():
     with pytest.raises(ConfigError, match="locate_rerank"):
         AnswerConfig(locate_rerank=-1)
-    with pytest.raises(ConfigError, match="locate_contrast"):
-        AnswerConfig(locate_contrast=-1)
     with pytest.raises(ConfigError, match="locate_prompt"):
         AnswerConfig(locate_prompt="  ")
     assert AnswerConfig().locate_rerank == 8  # on by default
@@ -439,59 +435,3 @@ def test_rerank_on_mrope_matches_the_frame_alone_reference(tiny_qwen):
         assert abs(m.score - ref) < 1e-4, (m.stamp_ns, m.score, ref)
     window = e.locate(LocateQuery(QUERY, top_k=3, since_ns=stamps[1], until_ns=stamps[2]))
     assert {m.stamp_ns for m in window.moments} == {stamps[1], stamps[2]}
-
-
-# --- contrast (answer.locate_contrast) ------------------------------------------------------------------
-
-def worded(block_id: int, *words: str):
-    return type("B", (), {"block_id": block_id, "words": tuple(words)})()
-
-
-def test_contrast_words_are_the_shortlists_commonest_words_the_query_does_not_name():
-    blocks = [worded(1, "road", "blue circle", "tree"), worded(2, "tree", "road"), worded(1, "road", "blue circle", "tree"),
-              worded(3, "circle", "sky", "tree"), worded(4, "sky", "apple")]
-    # counts per distinct block: tree 3, road 2, sky 2, apple 1; "the circle" names "blue circle" and "circle"
-    assert contrast_words(blocks, "the circle", 3) == ["the tree", "the road", "the sky"]  # road met before sky
-    assert contrast_words(blocks, "a circle", 5) == ["a tree", "a road", "a sky", "an apple"]
-    assert contrast_words(blocks, "Circle", 2) == ["tree", "road"]  # no article: bare
-    assert contrast_words(blocks, "the blue circle", 9) == ["the tree", "the road", "the sky", "the apple"]
-    # another colour's circle is contrasted (met before "apple"); "circle" is named by "the red circle"
-    assert contrast_words(blocks, "the red circle", 9) == ["the tree", "the road", "the sky", "the blue circle", "the apple"]
-    assert contrast_words(blocks, "the tree", 0) == [] and contrast_words([], "the tree", 3) == []
-
-
-def test_contrasted_subtracts_the_log_mean_probability_of_the_others():
-    query, others = [-1.0, -2.0], [[-0.5, -3.0], [-1.5, -4.0]]
-    ref = [q - math.log((math.exp(a) + math.exp(b)) / 2) for q, a, b in zip(query, *others)]
-    assert contrasted(query, others) == pytest.approx(ref, abs=1e-12)
-    assert contrasted([-700.0], [[-800.0], [-900.0]]) == pytest.approx([-700.0 + 800.0 + math.log(2.0)], abs=1e-9)  # no underflow
-    assert contrasted(query, []) == query
-
-
-def test_contrast_rescores_each_frame_against_its_shortlists_words(tiny_adapter64):
-    """With ``answer.locate_contrast`` 2 and words on the blocks, each frame's score is the query's likelihood about it
-    alone less the log-mean of the two commonest other words' (phrased with the query's article), each read as the
-    plain re-ranking reads the query (the token-by-token reference above); the method says so. Without words the
-    plain likelihood, method ``+likelihood``."""
-    a = tiny_adapter64
-    frames = random_frames(5, seed=11)
-    e = make_engine(a, "full", rerank=5)
-    for f in frames:
-        e.ingest([f])
-    plain = e.locate(LocateQuery(QUERY, top_k=5))
-    e.reconfigure(e.config, generation(5, contrast=2))
-    unworded = e.locate(LocateQuery(QUERY, top_k=5))
-    assert unworded.method == "attention+likelihood"
-    assert [(m.stamp_ns, m.score) for m in unworded.moments] == [(m.stamp_ns, m.score) for m in plain.moments]
-    for block, words in zip(e.store.blocks(), [("dog", "tree"), ("tree", "red ball"), ("apple", "tree"), ("dog",), ("sky",)]):
-        block.words = words  # "a red ball" names "red ball": left out; tree 3, dog 2 -> "a tree", "a dog"
-    got = e.locate(LocateQuery(QUERY, top_k=5))
-    assert got.method == "attention+likelihood+contrast"
-    stamps = [f.stamp_ns for f in frames]
-    prompt = AnswerConfig().locate_prompt
-    for m in got.moments:
-        i = stamps.index(m.stamp_ns)
-        q = frame_alone_logprob(a, frames, i, prompt, QUERY)
-        o = [frame_alone_logprob(a, frames, i, prompt, w) for w in ("a tree", "a dog")]
-        assert abs(m.score - (q - math.log((math.exp(o[0]) + math.exp(o[1])) / 2))) < 1e-7
-    assert [m.score for m in got.moments] == sorted((m.score for m in got.moments), reverse=True)

@@ -22,7 +22,7 @@ from videokv_node.settings import RUNTIME, Settings, build_settings, defaults_fo
 # Written out here, independently of the metadata: the parameters `ros2 param set` may change.
 EXPECTED_RUNTIME = {
     "sample_fps", "sample_tolerance_s", "question_timeout_s", "max_new_tokens", "max_new_tokens_limit", "answer.option_scoring",
-    "answer.locate_rerank", "answer.locate_prompt", "answer.locate_words", "answer.locate_contrast",
+    "answer.locate_rerank", "answer.locate_prompt", "answer.locate_words",
     "memory.budget_tokens", "memory.max_question_tokens", "memory.retrieve_frames",
     "diagnostics_period_s", "diagnostics_silence_warn_s", "diagnostics_silence_error_s", "diagnostics_drop_warn_ratio",
 }
@@ -34,7 +34,7 @@ def test_runtime_parameters_are_the_documented_ones():
 
 def test_names_follow_the_sections_and_every_parameter_has_a_meaning():
     table = parameters()
-    assert len(table) == 142  # + answer.locate_contrast (issue 43); + markers.* (7) and sheet.* (7) (issue 46); 119 + memory.redundancy.* (issue 36) + answer.locate_words, memory.rekv.words (issue 34) + gil_switch_interval_s, vision.own_thread (issue 33)
+    assert len(table) == 141  # + markers.* (7) and sheet.* (7) (issue 46); 119 + memory.redundancy.* (issue 36) + answer.locate_words, memory.rekv.words (issue 34) + gil_switch_interval_s, vision.own_thread (issue 33)
     assert {"sample_fps", "sample_tolerance_s", "sample_reset_backward_s", "memory.streamkv.similarity", "memory.streamkv.split",
             "memory.hermes.recency", "memory.hermes.budget_rule", "pose_wait_s",
             "answer.option_scoring", "memory.rekv.selection", "vision.backend", "spava.archive_bytes", "locate_max_k", "base_frame",

@@ -304,15 +304,12 @@ class AnswerConfig:
     # first ranking's best frames alone; 0 keeps the first ranking (one probe or prefill, no more).
     locate_rerank: int = param(8, "~/locate: the first ranking's best max(N, top_k) frames re-ranked by the likelihood of the query as the model's answer to answer.locate_prompt about each frame alone (short decoder passes, frames of one size 8 to a pass); 0: off", runtime=True, zero_ok=True)
     locate_prompt: str = param("What is in the image?", "~/locate re-ranking: the open question each shortlisted frame is asked, the query's subject scored as its answer", runtime=True)
-    locate_contrast: int = param(0, "~/locate re-ranking: each frame's query likelihood less the log-mean of its likelihoods for the N words the shortlisted frames carry most often that the query does not name (N more short passes; memory/questions/locate.py, Contrast); 0: the plain likelihood", runtime=True, zero_ok=True)
     locate_words: bool = param(True, "~/locate re-ranking: also read the frames whose words (a model's own, videokv-tiny v5's nouns) name the query's thing (memory/store/words.py)", runtime=True)
 
     def __post_init__(self) -> None:
         check_choice("answer.option_scoring", self.option_scoring, OPTION_SCORINGS)
         if self.locate_rerank < 0:
             raise ConfigError(f"answer.locate_rerank must be >= 0 (0: off), got {self.locate_rerank}")
-        if self.locate_contrast < 0:
-            raise ConfigError(f"answer.locate_contrast must be >= 0 (0: off), got {self.locate_contrast}")
         if not self.locate_prompt.strip():
             raise ConfigError("answer.locate_prompt must not be empty")
 

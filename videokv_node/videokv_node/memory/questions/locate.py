@@ -60,26 +60,11 @@ one sighting at a time, the frame's most certain word first, then the newest (``
 query (docs/notes/2026-11-27-issue34-real-things.md), while the frame's own nouns say where the thing was; the
 likelihood re-ranking still orders the union, so a wrong noun costs a re-read, not a wrong first answer
 by itself. Without re-ranking words are not read (a first ranking's scores and theirs do not compare).
-
-**Contrast** (``answer.locate_contrast`` N > 0; not in any seed; issue 43): a frame's likelihood for the query is
-compared with its likelihood for N other things: the words the shortlisted frames carry most often (``memory/store/
-words.py``), leaving out any the query names, each phrased with the query's article ("the dog" against "the road",
-"the tree"), all frames against the same words. The score is then the query's mean log-probability less the log of
-the mean of the others' probabilities (each a mean per token, ``contrasted``): how far the query stands out from what
-else the frame could be said to show, a pointwise-mutual-information reading of query likelihood. Why: a frame the
-model reads as easy to describe gives *any* noun a high likelihood; v6.3 does so for a stream's first frames,
-encoded with no window before them, as the re-reading encodes every candidate, and the plain likelihood put them in
-the top 3 for things never in them (docs/notes/2026-11-29-issue43-v63.md). Cost: N more re-readings of the shortlist
-(the query's and each word's tokens over each frame). A model that writes no words, or a shortlist whose words all
-name the query, has nothing to contrast with and is re-ranked by the plain likelihood; the method then says so
-(``+likelihood`` alone, ``+likelihood+contrast`` when contrasted).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -93,10 +78,10 @@ from videokv_node.memory.records.engine_settings import EngineSettings
 from videokv_node.memory.records.clock import elapsed_s
 from videokv_node.memory.store.block import FrameBlock
 from videokv_node.memory.store.block_store import BlockStore
-from videokv_node.memory.store.words import names, subject_of, words_shortlist
+from videokv_node.memory.store.words import subject_of, words_shortlist
 from videokv_node.pose import Pose
 
-METHODS = ("retrieval", "attention")  # the first ranking; "<method>+likelihood" when re-ranked (+contrast, +words)
+METHODS = ("retrieval", "attention")  # the first ranking; "<method>+likelihood" when re-ranked
 ReadAlone = Callable[[list[FrameBlock], str], list[float]]  # PolicyHost.read_alone
 
 
@@ -195,42 +180,6 @@ def rerank_by_likelihood(moments: list[Moment], sources: dict[tuple[int, str], F
     return sorted(rescored, key=lambda m: -m.score)[:top_k]  # a stable sort: ties keep the order given
 
 
-ARTICLES = ("the", "a", "an")
-
-
-def contrast_words(blocks: Sequence[FrameBlock], subject: str, n: int) -> list[str]:
-    """The ``n`` words ``blocks`` carry most often (counted once per distinct block; ties: the first met, blocks in
-    the order given, each block's words in its order) that ``subject`` does not name, each phrased as ``subject`` is: after its
-    article ("the", "a" or "an", "a"/"an" by the word's first letter), else bare."""
-    counts: Counter[str] = Counter()
-    first: dict[str, int] = {}
-    for block in {b.block_id: b for b in blocks}.values():
-        for word in dict.fromkeys(block.words):
-            if not names(subject, word):
-                counts[word] += 1
-                first.setdefault(word, len(first))
-    chosen = sorted(counts, key=lambda w: (-counts[w], first[w]))[:n]
-    article = subject.split(maxsplit=1)[0].lower() if subject.strip() else ""
-    if article == "the":
-        return [f"the {w}" for w in chosen]
-    if article in ("a", "an"):
-        return [f"{'an' if w[:1].lower() in 'aeiou' else 'a'} {w}" for w in chosen]
-    return chosen
-
-
-def contrasted(query: Sequence[float], others: Sequence[Sequence[float]]) -> list[float]:
-    """Per frame, ``query[i]`` less log(mean over j of exp(``others[j][i]``)): the query's mean log-probability
-    against the others' (each list one word's scores of every frame; none: ``query`` as given)."""
-    if not others:
-        return list(query)
-    out = []
-    for i, q in enumerate(query):
-        vals = [o[i] for o in others]
-        top = max(vals)
-        out.append(q - (top + math.log(sum(math.exp(v - top) for v in vals) / len(vals))))
-    return out
-
-
 class Locator:
     """``~/locate`` over the engine's memory (its thread only): the ranking above, then the re-reading.
     Reads memory, never changes it; refuses (RequestError) what a question would refuse."""
@@ -267,11 +216,6 @@ class Locator:
             named_ids = self.store.words.named(subject) if answer.locate_words else {}  # the store's word index
             if named_ids and (named := words_shortlist([b for b in candidates if b.block_id in named_ids], subject, shortlist)):
                 moments, method = with_named(moments, sources, named), method + "+words"  # blocks whose words name the thing
-            others = contrast_words([sources[(m.stamp_ns, m.camera)] for m in moments], subject, answer.locate_contrast)
-
-            def scores_of(bs: list[FrameBlock]) -> list[float]:
-                return contrasted(read_alone(bs, query.text), [read_alone(bs, w) for w in others])
-
-            moments = rerank_by_likelihood(moments, sources, scores_of, query.top_k)
-            method += "+likelihood+contrast" if others else "+likelihood"
+            moments = rerank_by_likelihood(moments, sources, lambda bs: read_alone(bs, query.text), query.top_k)
+            method += "+likelihood"
         return LocateResult(moments, method, elapsed_s(t0, self.reader.adapter.device))
