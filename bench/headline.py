@@ -89,10 +89,12 @@ ROWS: list[tuple[str, str, str, list[Cell | Missing]]] = [
     ("`streamkv`", "short streams of scenes that change in segments (the best "
      "60-frame visual row), a small host arena; on the hour's real footage it reads below recency", "segments of similar frames, compressed per layer",
      _hour("streamkv (robot) @ 2%") + [Cell(VISUAL, "streamkv @ 10%", ACCURACY), Cell(TEXT, "streamkv (robot) @ 10%", ACCURACY)]),
-    ("`hermes`", "no host memory at all: nothing offloaded; it forgets most, and reads worst as its budget grows",
+    ("`hermes`", "no host memory at all: nothing offloaded; it forgets most (on the hour below recency, no drawn "
+     "thing found), and reads worst as its budget grows",
      "tokens by importance, per layer; no offload",
      _hour("hermes (robot) @ 2%", optional=True) + [Cell(VISUAL, "hermes @ 10%", ACCURACY), Cell(TEXT, "hermes (robot) @ 10%", ACCURACY)]),
-    ("`mukv`", "questions at several scales (a patch, a frame, a segment); the costliest ingest",
+    ("`mukv`", "questions at several scales (a patch, a frame, a segment); the costliest ingest, on the hour "
+     "4x the default's, reading below it",
      "three views of each frame (patch, frame, segment)",
      _hour("mukv (robot) @ 2%", optional=True) + [Cell(VISUAL, "mukv @ 10%", ACCURACY), Cell(TEXT, "mukv (robot) @ 10%", ACCURACY)]),
     ("`full`", "short streams only: the whole stream attended, nothing retrieved; past the model's positions it "
