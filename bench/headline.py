@@ -89,8 +89,8 @@ ROWS: list[tuple[str, str, str, list[Cell | Missing]]] = [
     ("`streamkv`", "short streams of scenes that change in segments (the best "
      "60-frame visual row), a small host arena; on the hour's real footage it reads below recency", "segments of similar frames, compressed per layer",
      _hour("streamkv (robot) @ 2%") + [Cell(VISUAL, "streamkv @ 10%", ACCURACY), Cell(TEXT, "streamkv (robot) @ 10%", ACCURACY)]),
-    ("`hermes`", "no host memory at all: nothing offloaded; it forgets most (on the hour below recency, no drawn "
-     "thing found), and reads worst as its budget grows",
+    ("`hermes`", "no host memory at all: nothing offloaded; it forgets most (on the hour at 2% below recency, no "
+     "drawn thing found); on 60-frame streams it read worse as its budget grew, on the hour better (1% to 5%)",
      "tokens by importance, per layer; no offload",
      _hour("hermes (robot) @ 2%", optional=True) + [Cell(VISUAL, "hermes @ 10%", ACCURACY), Cell(TEXT, "hermes (robot) @ 10%", ACCURACY)]),
     ("`mukv`", "questions at several scales (a patch, a frame, a segment); the costliest ingest, on the hour "
