@@ -40,6 +40,8 @@
 #                       words (docs/bench/things.md; about 15 minutes)
 #   make bench-drawn    videokv-tiny on single frames of held-out footage with one shape drawn in: its colour and shape
 #                       by choice and open, and whether the frame's words name it (docs/bench/drawn.md)
+#   make bench-encoders EfficientNet-Lite0 against Lite1 and Lite2 as the frozen encoder: the drawn-things head trained
+#                       on each one's maps, the same frames and steps, scored on held-out footage (docs/bench/encoders.md)
 #   make bench-grounding ~/locate's temporal grounding (recall@k, distance from the span) and latency
 #                       vs TTFT per policy, videokv-tiny visual and SmolLM2 text needles, and named things
 #                       on the demo's story and another renderer's discs (about 20 minutes)
@@ -78,7 +80,7 @@ TEST_WORKERS ?= 2
 MODEL ?= videokv-tiny
 POLICY ?= rekv
 
-.PHONY: setup build test docs demo bag picture train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-load bench-load-view clean distclean
+.PHONY: setup build test docs demo bag picture train-model bench bench-memory bench-vision bench-accuracy bench-spava bench-long bench-grounding bench-things bench-snapshots bench-scaling bench-options bench-hour bench-hour-ros bench-drawn bench-encoders bench-load bench-load-view clean distclean
 
 setup:
 	scripts/setup_env.sh
@@ -149,6 +151,10 @@ bench-hour: build
 bench-hour-ros: build
 	scripts/setup_footage.sh
 	. ./env.sh && nice -n 10 python -m bench.hour_ros --frames $(HOUR_ROS_FRAMES)
+
+bench-encoders: build
+	scripts/setup_footage.sh
+	. ./env.sh && nice -n 10 python -m bench.encoders
 
 bench-grounding: build
 	. ./env.sh && nice -n 10 python -m bench.grounding --streams 3 --frames 30 && nice -n 10 python -m bench.locate_things

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bench.drawn_frames import _named, main
@@ -23,6 +25,10 @@ def test_a_short_run_writes_every_measure(tmp_path):
     for measure in ("colour choice", "shape choice", "colour open", "shape open", "words name it"):
         assert f"| {measure} | " in text and "/2 = " in text
     assert "<!-- BEGIN drawn frames val -->" in text
+    # the colour choice split by the words: every frame in exactly one of the two rows
+    split = [re.search(rf"\| colour choice, {row} \| (\d+)/(\d+)", text) for row in ("the words name it", "they do not")]
+    assert all(split) and sum(int(m.group(2)) for m in split) == 2
+    assert sum(int(m.group(1)) for m in split) == int(re.search(r"\| colour choice \| (\d+)/2", text).group(1))
 
 
 @pytest.mark.skipif(opencv_data_dir() is None, reason="the splits' footage is opencv-doc's (scripts/setup_footage.sh)")
