@@ -111,3 +111,24 @@ def test_the_adapter_writes_the_heads_words_into_every_frame():
     with torch.no_grad():
         adapter.things.fc2.bias.fill_(-30.0)
     assert all("green square" not in w for w in adapter.frame_words(adapter.encode_frames(frames)))
+
+
+def test_training_records_the_command_it_was_run_with(tmp_path, monkeypatch):
+    """The head's report names its command, from the shell's arguments as from a caller's (the v6-head12k report
+    had lost them: ``argv`` None recorded none)."""
+    import json
+    import sys
+
+    from videokv_node.eval.footage import opencv_data_dir
+    from videokv_node.models.efficientnet_lite import efficientnet_available
+    from videokv_node.tinyvlm import train_things_head
+
+    if opencv_data_dir() is None or not efficientnet_available():
+        pytest.skip("needs opencv-doc's footage (scripts/setup_footage.sh) and the Lite0 wheel")
+    args = ["--train-frames", "3", "--extra-frames", "1", "--eval-frames", "2", "--steps", "2", "--threads", "1",
+            "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["train_things_head", *args])
+    train_things_head.main()  # argv None: the shell's
+    report = json.loads((tmp_path / "things-head.json").read_text())
+    assert report["command"] == "python -m videokv_node.tinyvlm.train_things_head " + " ".join(args)
+    assert (tmp_path / "things.safetensors").is_file() and report["frames"]["train"] == 4

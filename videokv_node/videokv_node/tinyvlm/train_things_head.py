@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     threshold = pick_threshold(probs["val"], sets["val"], args.max_false)
     report = {
         "what": "videokv-tiny v6 drawn-things head (models/things_head.py) on tinyvlm/drawn.py frames",
-        "command": "python -m videokv_node.tinyvlm.train_things_head " + " ".join(argv or []),
+        "command": " ".join(["python -m videokv_node.tinyvlm.train_things_head", *(sys.argv[1:] if argv is None else argv)]),
         "seed": args.seed, "hidden": args.hidden, "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "weight_decay": args.weight_decay, "dropout": args.dropout, "extra_frames": args.extra_frames,
         "val_curve": val_curve, "picked_step": max(val_curve, key=lambda x: x[1])[0] if val_curve else args.steps,
