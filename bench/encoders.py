@@ -59,11 +59,11 @@ def frame_sets(seed: int, train: int, extra: int, evaluate: int) -> dict[str, li
 
 
 @torch.inference_mode()
-def encode_cells(variants: list[str], sets: dict[str, list], batch: int = 32) -> dict[str, tuple[dict, float]]:
-    """Per encoder, per split the head's cells (F, 49, in_dim) float16 from its maps, and its encoder seconds a
-    frame. Each frame is rendered once and read by every encoder (the renders are most of the time)."""
+def encode_cells(variants: list[str], sets: dict[str, list], batch: int = 32) -> dict[str, tuple[dict, float, int]]:
+    """Per encoder, per split the head's cells (F, 49, in_dim) float16 from its maps, its encoder seconds a frame and
+    its parameter count. Each frame is rendered once and read by every encoder (the renders are most of the time)."""
     nets = {v: load_efficientnet_lite(v) for v in variants}
-    heads = {v: ThingHead(feature_dim=FEATURE_DIM, mid_dim=nets[v].mid_dim) for v in variants}  # only map_cells is used
+    pool = ThingHead()  # only its pooling to cells (map_cells, colour_cells), which reads no weight and any map width
     parts: dict[str, dict[str, list]] = {v: {k: [] for k in sets} for v in variants}
     enc_s = dict.fromkeys(variants, 0.0)
     n = 0
@@ -71,19 +71,20 @@ def encode_cells(variants: list[str], sets: dict[str, list], batch: int = 32) ->
         for start in range(0, len(frames), batch):
             chunk = frames[start : start + batch]
             rgb = torch.from_numpy(np.stack([render_frame(f) for f in chunk])).permute(0, 3, 1, 2).float() / 255.0
-            colour = colour_cells(heads[variants[0]], chunk)
+            colour = colour_cells(pool, chunk)
             for v, net in nets.items():
                 pixels = F.interpolate(rgb, size=(net.image_size,) * 2, mode="bilinear", antialias=True, align_corners=False)
                 t0 = time.perf_counter()
                 maps, mid = net.feature_levels(normalise(pixels))
                 enc_s[v] += time.perf_counter() - t0
-                parts[v][split].append(torch.cat([heads[v].map_cells(maps, mid), colour], -1).half())
+                parts[v][split].append(torch.cat([pool.map_cells(maps, mid), colour], -1).half())
             n += len(chunk)
         log(f"  {split} encoded by {', '.join(variants)} ({len(frames)} frames)")
-    return {v: ({k: torch.cat(x) for k, x in parts[v].items()}, enc_s[v] / max(1, n)) for v in variants}
+    return {v: ({k: torch.cat(x) for k, x in parts[v].items()}, enc_s[v] / max(1, n),
+                sum(p.numel() for p in nets[v].parameters())) for v in variants}
 
 
-def measure(variant: str, sets: dict[str, list], cells: dict, per_frame_s: float, steps: int, seed: int) -> dict:
+def measure(variant: str, sets: dict[str, list], cells: dict, per_frame_s: float, params: int, steps: int, seed: int) -> dict:
     """One encoder's row: the head trained on its cells (the shipped head's settings), scored per split."""
     spec = VARIANTS[variant]
     torch.manual_seed(seed)
@@ -95,7 +96,7 @@ def measure(variant: str, sets: dict[str, list], cells: dict, per_frame_s: float
     probs = {k: probs_of(head, c) for k, c in cells.items()}
     threshold = pick_threshold(probs["val"], sets["val"], 0.005)
     return {"variant": variant, "image_size": spec.image_size, "encode_ms": 1000 * per_frame_s,
-            "params": sum(p.numel() for p in load_efficientnet_lite(variant).parameters()),
+            "params": params,
             "threshold": threshold, "loss": curve[-1][1] if curve else None,
             "scores": {k: score(probs[k], sets[k], threshold) for k in sets}, "frames": {k: len(v) for k, v in sets.items()}}
 
@@ -156,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for v in variants:
         log(f"{v}: the head ({args.steps} steps)")
-        cells, per_frame_s = encoded.pop(v)
-        rows.append(measure(v, sets, cells, per_frame_s, args.steps, args.seed) | {"_test": sets["test"]})
+        cells, per_frame_s, params = encoded.pop(v)
+        rows.append(measure(v, sets, cells, per_frame_s, params, args.steps, args.seed) | {"_test": sets["test"]})
     info = report.run_table(machine, 1, report.command_line("python -m bench.encoders", argv), time.perf_counter() - t0,
                             os.getloadavg())
     report.publish(render(rows, info), args.out, REPO, BEGIN, END)

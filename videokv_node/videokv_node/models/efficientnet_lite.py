@@ -39,7 +39,6 @@ FEATURE_DIM = 1280
 BN_EPS = 1e-3
 # (repeats, kernel, stride, expand ratio, out channels) per stage, EfficientNet-B0 / Lite0.
 STAGES = ((1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (3, 3, 2, 6, 80), (3, 5, 1, 6, 112), (4, 5, 2, 6, 192), (1, 3, 1, 6, 320))
-MID_BLOCK = 7  # last block of the fourth stage (80 channels, stride 16): feature_levels' second map
 MID_FEATURE_DIM = 80
 
 
@@ -142,7 +141,7 @@ class EfficientNetLite(nn.Module):
 
     def feature_levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 3, H, W) normalised pixels -> ((B, 1280, H/32, W/32) final map, (B, 80, H/16, W/16) map after
-        stage 4 (block MID_BLOCK in Lite0)): the mid map keeps more of the colour that the final map has pooled away."""
+        stage 4 (``Variant.mid_block``; block 7 in Lite0)): the mid map keeps more of the colour that the final map has pooled away."""
         x = F.relu6(self._bn0(self._conv_stem(x)))
         mid = None
         for i, block in enumerate(self._blocks):
