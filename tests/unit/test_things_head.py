@@ -132,3 +132,27 @@ def test_training_records_the_command_it_was_run_with(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "things-head.json").read_text())
     assert report["command"] == "python -m videokv_node.tinyvlm.train_things_head " + " ".join(args)
     assert (tmp_path / "things.safetensors").is_file() and report["frames"]["train"] == 4
+
+
+def test_false_words_are_counted_per_source_on_frames_with_nothing_drawn():
+    """A split's false words broken down by source, counted by hand: frames with a thing drawn never count, a frame
+    with two words counts once among frames and once per word."""
+    from videokv_node.tinyvlm.drawn import DrawnFrame, DrawnThing
+    from videokv_node.tinyvlm.train_things_head import score
+
+    def frame(source, things=()):
+        return DrawnFrame(source, 0, (0.5, 0.5, 1.0), tuple(things), 1.0, (1.0, 1.0, 1.0), 0.0, 0.0, 0)
+
+    red_triangle = THING_NAMES.index("red triangle")
+    blue_triangle = THING_NAMES.index("blue triangle")
+    frames = [frame("clip.mp4"), frame("clip.mp4"), frame("clip.mp4"), frame("photo.jpg"),
+              frame("photo.jpg", [DrawnThing("red", "triangle", 0.5, 0.5, 0.3)])]
+    probs = torch.zeros(len(frames), len(THING_NAMES))
+    probs[0, red_triangle] = 0.97                              # clip: one word
+    probs[1, red_triangle], probs[1, blue_triangle] = 0.99, 0.96  # clip: two words
+    probs[2, blue_triangle] = 0.93                             # below 0.95: no word
+    probs[4, red_triangle] = 0.99                              # drawn: not a false word, not counted
+    got = score(probs, frames, 0.95)["false_words_by_source"]
+    assert got == {"clip.mp4": {"frames": 3, "with_words": 2, "words": {"red triangle": 2, "blue triangle": 1}},
+                   "photo.jpg": {"frames": 1, "with_words": 0, "words": {}}}
+    assert score(probs, frames, 0.95)["false_word_rate"] == round(2 / 4, 4)

@@ -63,11 +63,31 @@ def score(probs: torch.Tensor, frames: list[DrawnFrame], threshold: float, slots
         "frames": len(frames), "threshold": threshold,
         "exact_words": mean(exact),
         "false_word_rate": mean(empty), "frames_without_things": len(empty),
+        "false_words_by_source": false_words_by_source(words, frames),
         "single_colour": mean([any(x.split()[0] == t.colour for x in w) for w, t in single]),
         "single_shape": mean([any(x.split()[1] == t.shape for x in w) for w, t in single]),
         "single_named": mean([t.name in w for w, t in single]), "single_frames": len(single),
         "named_by_side": {k: mean(v) for k, v in by_size.items()},
     }
+
+
+def false_words_by_source(words: list[set[str]], frames: list[DrawnFrame]) -> dict[str, dict]:
+    """Per source, of its frames with nothing drawn: how many, how many got a word, and which words how often (most
+    first). Why: a split's false-word rate can be one source's (test: the carphone clip's red bow tie and blue-striped
+    seat read as a red and a blue triangle, 2026-11-29), which the split's mean hides and a head's threshold then
+    cannot be judged by."""
+    out: dict[str, dict] = {}
+    for w, f in zip(words, frames):
+        if f.things:
+            continue
+        entry = out.setdefault(f.source, {"frames": 0, "with_words": 0, "words": {}})
+        entry["frames"] += 1
+        entry["with_words"] += bool(w)
+        for name in w:
+            entry["words"][name] = entry["words"].get(name, 0) + 1
+    for entry in out.values():
+        entry["words"] = dict(sorted(entry["words"].items(), key=lambda kv: (-kv[1], kv[0])))
+    return dict(sorted(out.items()))
 
 
 def pick_threshold(probs: torch.Tensor, frames: list[DrawnFrame], max_false: float) -> float:

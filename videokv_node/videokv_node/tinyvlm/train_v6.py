@@ -86,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--head-only", action="store_true",
                    help="with --finish: the decoder and projector of --init-from unchanged, the head's words added "
                         "(v5.1: what the drawn-things head gives before the decoder is trained to read long contexts)")
+    p.add_argument("--words-threshold", type=float, default=None,
+                   help="the head's words are written from this probability (NounConfig.extra_threshold); default the "
+                        "threshold the head's run chose by its own rule (false words on val); in training and with --finish "
+                        "(a candidate: v6-head12k at 0.95, records/videokv-tiny/README.md)")
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     return p
 
@@ -107,7 +111,8 @@ def load_parts(args):
     head = ThingHead(hidden=report["hidden"])
     head.load_state_dict(load_file(args.head / HEAD_FILE), strict=True)
     head.eval().requires_grad_(False)
-    config = dataclasses.replace(NounConfig(**{k: v for k, v in init["nouns"].items()}), extra_threshold=report["threshold"])
+    config = dataclasses.replace(NounConfig(**{k: v for k, v in init["nouns"].items()}),
+                                 extra_threshold=args.words_threshold or report["threshold"])
     nouns = NounBlock(read_noun_table(args.init_from / config.file), tokenizer, llm.get_input_embeddings(), config,
                       extra=head.names)
     return llm, tokenizer, load_efficientnet_lite0(), projector, lora, head, nouns, init, report
@@ -305,6 +310,9 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
         (args.out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
         print(json.dumps(manifest["held_out"], indent=1))
         return
+    chosen = {} if nouns.config.extra_threshold == head_report["threshold"] else {
+        "words_threshold": nouns.config.extra_threshold,
+        "words_threshold_why": "set by train_v6 --words-threshold, not by the head's own rule (false words on val)"}
     manifest.update({
         "version": "v6",
         "projector": projector.config(),
@@ -313,7 +321,7 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
         "things": head.config(),
         "trainable_parameters": sum(p.numel() for p in projector.parameters()) + sum(p.numel() for p in lora.parameters()),
         "things_head": {k: head_report[k] for k in ("command", "seed", "hidden", "steps", "batch", "lr", "frames", "threshold",
-                                                    "max_false", "scores", "wall_s")},
+                                                    "max_false", "scores", "wall_s")} | chosen,
         "data": dict(init["data"]) | {"v6": {
             "recipe": "tinyvlm/hour_examples.py HourExampleSampler over tinyvlm/drawn.py frames (train split), mixed with "
                       "v5's recipe at a smaller scale (train_v6.build_data)",
