@@ -65,12 +65,17 @@ def _frame(stream, i: int, rgb) -> Frame:
 def ask(engine: VideoMemoryEngine, stream, q, row: Row) -> None:
     answer = engine.ask(Question(q.question, options=list(q.choices)), option_scoring="likelihood")
     # A still span (issue 36) stands for every frame from its stamp to its last one.
-    attended = {f for e in answer.evidence for f in range(stream.index_of(e.stamp_ns), stream.index_of(e.last) + 1)}
+    spans = [(stream.index_of(e.stamp_ns), stream.index_of(e.last)) for e in answer.evidence]
+    attended = {f for a, b in spans for f in range(a, b + 1)}
     layers = [{stream.index_of(s) for s in layer} for layer in engine.last_layer_stamps]
     found, share = group_recall(q.evidence, attended, layers)
     row.correct.append(answer.option_index == q.answer)
+    # What the answer read: its frames (first, last of each evidence span) and their footage's sources, so a wrong
+    # answer can be traced to what shared its context (a clip's bow tie named "red triangle", 2026-11-29).
     row.details.append(dict(row=row.label, stream=stream.video_id, question=q.question, kind=q.kind,
-                            chosen=answer.option_index, answer=q.answer, found=found))
+                            chosen=answer.option_index, answer=q.answer, found=found,
+                            needles=[sorted(g) for g in q.evidence], context=[list(s) for s in sorted(spans)],
+                            sources=sorted({stream.shot_of(f).source for f in attended})))
     row.kinds.append(q.kind)
     row.found.append(found)
     row.layer_share.append(share)
@@ -205,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                         "where opencv-doc's photographs are unpacked; '' for none); their ~/locate in its own column")
     parser.add_argument("--footage", default="test", help="the footage's split (eval/footage.py FOOTAGE_SPLITS): 'test', "
                         "sources videokv-tiny never trained on (issue 43), or '' for every source (the runs before v6)")
-    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question, and per row and ~/locate query, to this file")
+    parser.add_argument("--details", type=Path, help="also write one JSON line per row and question (its answer, the needles' "
+                        "frames, the frames it read and their sources), and per row and ~/locate query, to this file")
     parser.add_argument("--out", default=DOC, help="markdown file to update; '-' prints the section")
     parser.add_argument("--span", choices=tuple(SPANS), default="main", help="which generated span of --out this part of "
                         "the grid writes: " + "; ".join(f"{k}: {v}" for k, v in SPANS.items()).replace("%", "%%"))

@@ -126,6 +126,13 @@ def test_a_short_hour_on_every_kind_of_row(tmp_path):
         assert len(d["returned"]) == 3 and d["hit"] == any(a <= f <= b for a, b in d["returned"] for f in d["shown"])
     assert all(d["found"] for d in per_row["full"])  # full attends every frame
     assert all(d["found"] for d in per_row["ceiling (things + 4 other frames)"])
+    for d in per_row["full"]:  # what each answer read: every frame seen by the time it was asked, once
+        read = sorted(f for a, b in d["context"] for f in range(a, b + 1))
+        assert read and read == list(range(len(read)))
+        assert d["sources"] and all(isinstance(s, str) for s in d["sources"])
+    assert max(sum(b - a + 1 for a, b in d["context"]) for d in per_row["full"]) == 100  # asked at the end: all
+    for d in per_row["ceiling (things + 4 other frames)"]:  # the needles' frames are in the context it records
+        assert all(any(a <= f <= b for a, b in d["context"] for f in g) for g in d["needles"])
 
 
 def test_rows_share_an_engine_only_at_one_budget():
