@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from videokv_node.tinyvlm.train_v6 import parse_weights, v5_pick
+from videokv_node.tinyvlm.mixture import parse_weights, v5_pick
 
 KINDS = ["colour"] * 60 + ["shape"] * 30 + ["motion"] * 5 + ["digit"] * 5
 

@@ -39,6 +39,7 @@ from videokv_node.models.things_head import HEAD_FILE, ThingHead
 from videokv_node.models.videokv_tiny import LORA_FILE, MANIFEST_FILE, PROJECTOR_FILE, WEIGHTS_DIR, Projector
 from videokv_node.tinyvlm.drawn import DrawnSampler
 from videokv_node.tinyvlm.hour_examples import HourExampleSampler
+from videokv_node.tinyvlm.mixture import parse_weights, v5_pick
 from videokv_node.tinyvlm.train import lr_at
 from videokv_node.tinyvlm.trainer import ProjectorTrainer
 
@@ -156,34 +157,6 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     mixture = hour + [rest[i] for i in pick]
     order = torch.randperm(len(mixture), generator=torch.Generator().manual_seed(args.seed + 43))
     return [mixture[i] for i in order], features, blocks
-
-
-def parse_weights(text: str, flag: str = "--hour-kind-weights") -> dict[str, float] | None:
-    """'hour colour=3,hour shape=3' -> {'hour colour': 3.0, 'hour shape': 3.0}; '' -> None."""
-    if not text.strip():
-        return None
-    out = {}
-    for item in text.split(","):
-        kind, sep, weight = item.partition("=")
-        if not sep:
-            raise ValueError(f"{flag}: {item!r} is not kind=weight")
-        out[kind.strip()] = float(weight)
-    return out
-
-
-def v5_pick(kinds: list[str], n: int, weights: dict[str, float] | None, seed: int) -> list[int]:
-    """Indices of v5's examples in the mixture. Without weights, ``n`` distinct ones (at most all), as v6-run1..3
-    drew them; with weights, ``n`` drawn with replacement in proportion to their kind's weight (others 1), so a
-    rare kind (motion: about 3% of v5's recipe) can be seen as often as the story needs. A weight must be positive
-    and name a kind present."""
-    gen = torch.Generator().manual_seed(seed)
-    if not weights:
-        return torch.randperm(len(kinds), generator=gen)[: min(len(kinds), n)].tolist()
-    unknown = set(weights) - set(kinds)
-    if unknown or any(w <= 0 for w in weights.values()):
-        raise ValueError(f"v5 kind weights must be positive and name kinds of v5's recipe ({sorted(set(kinds))}): {weights}")
-    w = torch.tensor([weights.get(k, 1.0) for k in kinds], dtype=torch.float)
-    return torch.multinomial(w, n, replacement=True, generator=gen).tolist()
 
 
 def batches(groups: list[list[int]], batch: int, seed: int, steps: int):
