@@ -29,16 +29,18 @@ from bench.accuracy import load_model
 from bench.hour_rows import real_things_arg
 from videokv_node.eval.footage import FootageLibrary
 from videokv_node.eval.hour_stream import make_hour_stream
+from videokv_node.models.things_head import THING_NAMES
 
 CLASSES = ("named", "miscoloured", "misshaped", "unnamed")  # best first
 
 
 def word_class(name: str, words: list[str]) -> str:
-    """How ``words`` (a frame's) name a drawn thing called ``name`` ('green circle')."""
+    """How ``words`` (a frame's) name a drawn thing called ``name`` ('green circle'); only the head's words count (a
+    noun such as 'green pepper' is not one)."""
     colour, shape = name.split(" ", 1)
     if name in words:
         return "named"
-    pairs = [w.split(" ", 1) for w in words if w.count(" ") == 1]
+    pairs = [w.split(" ", 1) for w in words if w in THING_NAMES]
     if any(s == shape for _, s in pairs):
         return "miscoloured"
     if any(c == colour for c, _ in pairs):
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'; '.join(marks)}")
             if not things:
                 empty_frames += 1
-                false_words.update(x for x in w if x.count(" ") == 1)
+                false_words.update(x for x in w if x in THING_NAMES)
             for n in things:
                 if f in asked:
                     c = word_class(n, w)

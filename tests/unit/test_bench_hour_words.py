@@ -12,7 +12,7 @@ def test_a_drawn_thing_is_classed_by_the_words_on_its_frame():
     assert word_class("green circle", ["red circle", "cat"]) == "miscoloured"
     assert word_class("green circle", ["green square"]) == "misshaped"
     assert word_class("green circle", ["green circle", "red circle"]) == "named"
-    assert word_class("green circle", ["orange", "green pepper"]) == "misshaped"  # a two-word noun reads as one
+    assert word_class("green circle", ["orange", "green pepper"]) == "unnamed"  # a noun, not the head's word
     assert word_class("green circle", ["orange"]) == "unnamed" and word_class("green circle", []) == "unnamed"
 
 
