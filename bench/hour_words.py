@@ -10,8 +10,8 @@ Reads a ``bench.hour --details`` file (each answer's ``needles`` and ``context``
 answer read: its source, whether it shows a drawn thing and which, and the words the model's noun block writes there
 (``frame_nouns``: the encoder's nouns and the drawn-things head's words). Each drawn thing a frame shows is classed by
 those words: ``named`` (its name written), ``miscoloured`` (its shape with another colour), ``misshaped`` (its colour
-with another shape) or ``unnamed``. The summary counts, over the answers shown, the needles' appearances by their best
-class and the words written on frames that show no drawn thing (false words).
+with another shape) or ``unnamed``. The summary counts, over the answers shown, the needles' things by their best class
+and the head's words for things a frame does not show (false words: a bow tie's "red triangle" beside a drawn one).
 
 Why: a wrong answer is the head's when the needle's frames carry no word for the thing or a wrong one, and the
 decoder's when the words are right (docs/notes/2026-11-29-issue43-v64-candidate.md: the test ceiling's misses were the
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     streams: dict[str, tuple] = {}
     needles: Counter[str] = Counter()
     false_words: Counter[str] = Counter()
-    empty_frames = 0
+    read = 0
     for d in answers:
         if d["stream"] not in streams:
             seed = int(d["stream"].rsplit("-", 1)[1])
@@ -95,17 +95,16 @@ def main(argv: list[str] | None = None) -> int:
             marks = [f"{n}: {word_class(n, w)}" for n in things]
             print(f"  {'*' if f in asked else ' '} {f:5d} {stream.shot_of(f).source:24s} {', '.join(w) or '-':40s} "
                   f"{'; '.join(marks)}")
-            if not things:
-                empty_frames += 1
-                false_words.update(x for x in w if x in THING_NAMES)
+            read += 1
+            false_words.update(x for x in w if x in THING_NAMES and x not in things)
             for n in things:
                 if f in asked:
                     c = word_class(n, w)
                     best[n] = min(best.get(n, c), c, key=CLASSES.index)
         needles.update(best.values())
     print(f"\n{len(answers)} answers of '{args.row}'{'' if args.all else ' (wrong ones)'}: the needles' things by their best"
-          f" words {dict((c, needles[c]) for c in CLASSES)}; drawn-thing words on {empty_frames} frames showing none: "
-          f"{dict(false_words.most_common())}")
+          f" words {dict((c, needles[c]) for c in CLASSES)}; over the {read} frames read, the head's words for things a frame"
+          f" does not show: {dict(false_words.most_common())}")
     return 0
 
 
