@@ -156,3 +156,24 @@ def test_false_words_are_counted_per_source_on_frames_with_nothing_drawn():
     assert got == {"clip.mp4": {"frames": 3, "with_words": 2, "words": {"red triangle": 2, "blue triangle": 1}},
                    "photo.jpg": {"frames": 1, "with_words": 0, "words": {}}}
     assert score(probs, frames, 0.95)["false_word_rate"] == round(2 / 4, 4)
+
+
+def test_things_named_are_counted_per_source():
+    """Per source, the drawn things named, and those written with another colour, counted by hand."""
+    from videokv_node.tinyvlm.drawn import DrawnFrame, DrawnThing
+    from videokv_node.tinyvlm.train_things_head import score
+
+    def frame(source, *things):
+        return DrawnFrame(source, 0, (0.5, 0.5, 1.0), tuple(DrawnThing(c, s, 0.5, 0.5, 0.3) for c, s in things),
+                          1.0, (1.0, 1.0, 1.0), 0.0, 0.0, 0)
+
+    frames = [frame("baboon.jpg", ("green", "circle")), frame("baboon.jpg", ("blue", "square")),
+              frame("orange.jpg", ("green", "square"), ("red", "triangle")), frame("orange.jpg")]
+    probs = torch.zeros(len(frames), len(THING_NAMES))
+    probs[0, THING_NAMES.index("red circle")] = 0.99      # the circle, in the wrong colour
+    probs[1, THING_NAMES.index("blue square")] = 0.99     # named
+    probs[2, THING_NAMES.index("red triangle")] = 0.99    # one of two named, the square not
+    probs[3, THING_NAMES.index("red square")] = 0.99      # nothing drawn: a false word, not counted here
+    got = score(probs, frames, 0.95)["named_by_source"]
+    assert got == {"baboon.jpg": {"things": 2, "named": 1, "miscoloured": 1},
+                   "orange.jpg": {"things": 2, "named": 1, "miscoloured": 0}}

@@ -64,6 +64,7 @@ def score(probs: torch.Tensor, frames: list[DrawnFrame], threshold: float, slots
         "exact_words": mean(exact),
         "false_word_rate": mean(empty), "frames_without_things": len(empty),
         "false_words_by_source": false_words_by_source(words, frames),
+        "named_by_source": named_by_source(words, frames),
         "single_colour": mean([any(x.split()[0] == t.colour for x in w) for w, t in single]),
         "single_shape": mean([any(x.split()[1] == t.shape for x in w) for w, t in single]),
         "single_named": mean([t.name in w for w, t in single]), "single_frames": len(single),
@@ -87,6 +88,20 @@ def false_words_by_source(words: list[set[str]], frames: list[DrawnFrame]) -> di
             entry["words"][name] = entry["words"].get(name, 0) + 1
     for entry in out.values():
         entry["words"] = dict(sorted(entry["words"].items(), key=lambda kv: (-kv[1], kv[0])))
+    return dict(sorted(out.items()))
+
+
+def named_by_source(words: list[set[str]], frames: list[DrawnFrame]) -> dict[str, dict]:
+    """Per source, of the things drawn on it: how many, how many named exactly, how many written with another colour
+    (their shape right). Why: the test hour's ceiling lost its needles on saturated photographs (baboon, orange,
+    squirrel: no word, or the wrong colour), which a split's mean hides (2026-11-29)."""
+    out: dict[str, dict] = {}
+    for w, f in zip(words, frames):
+        for t in f.things:
+            entry = out.setdefault(f.source, {"things": 0, "named": 0, "miscoloured": 0})
+            entry["things"] += 1
+            entry["named"] += t.name in w
+            entry["miscoloured"] += t.name not in w and any(x.split()[1] == t.shape for x in w)
     return dict(sorted(out.items()))
 
 
