@@ -30,23 +30,7 @@ from bench.hour_rows import real_things_arg
 from videokv_node.eval.footage import FootageLibrary
 from videokv_node.eval.hour_stream import make_hour_stream
 from videokv_node.models.things_head import THING_NAMES
-
-CLASSES = ("named", "miscoloured", "misshaped", "unnamed")  # best first
-
-
-def word_class(name: str, words: list[str]) -> str:
-    """How ``words`` (a frame's) name a drawn thing called ``name`` ('green circle'); only the head's words count (a
-    noun such as 'green pepper' is not one)."""
-    colour, shape = name.split(" ", 1)
-    if name in words:
-        return "named"
-    pairs = [w.split(" ", 1) for w in words if w in THING_NAMES]
-    if any(s == shape for _, s in pairs):
-        return "miscoloured"
-    if any(c == colour for c, _ in pairs):
-        return "misshaped"
-    return "unnamed"
-
+from videokv_node.tinyvlm.train_things_head import WORD_CLASSES, word_class
 
 def drawn_at(stream) -> dict[int, list[str]]:
     """frame -> the names of the drawn things it shows."""
@@ -76,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     library = FootageLibrary.load(split=args.footage or None)
     real = real_things_arg(args.real_things)
     streams: dict[str, tuple] = {}
+    written: dict[tuple[str, int], list[str]] = {}  # (stream, frame) -> its words: a frame is read by many answers
     needles: Counter[str] = Counter()
     false_words: Counter[str] = Counter()
     read = 0
@@ -87,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         stream, shows = streams[d["stream"]]
         frames = [f for a, b in d["context"] for f in range(a, b + 1)]
         asked = {f for g in d["needles"] for f in g}
-        words = [[w for w, _ in nouns] for nouns in adapter.frame_nouns([stream.frame(f) for f in frames])]
+        todo = [f for f in frames if (d["stream"], f) not in written]
+        for f, nouns in zip(todo, adapter.frame_nouns([stream.frame(f) for f in todo]) if todo else []):
+            written[d["stream"], f] = [w for w, _ in nouns]
+        words = [written[d["stream"], f] for f in frames]
         print(f"\n{d['stream']} | {d['question']} | chose {d['chosen']}, right {d['answer']}")
         best: dict[str, str] = {}
         for f, w in zip(frames, words):
@@ -100,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             for n in things:
                 if f in asked:
                     c = word_class(n, w)
-                    best[n] = min(best.get(n, c), c, key=CLASSES.index)
+                    best[n] = min(best.get(n, c), c, key=WORD_CLASSES.index)
         needles.update(best.values())
     print(f"\n{len(answers)} answers of '{args.row}'{'' if args.all else ' (wrong ones)'}: the needles' things by their best"
-          f" words {dict((c, needles[c]) for c in CLASSES)}; over the {read} frames read, the head's words for things a frame"
+          f" words {dict((c, needles[c]) for c in WORD_CLASSES)}; over the {read} frames read, the head's words for things a frame"
           f" does not show: {dict(false_words.most_common())}")
     return 0
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from bench.hour import main as hour_main
-from bench.hour_words import main, word_class
+from bench.hour_words import main
+from videokv_node.tinyvlm.train_things_head import word_class
 
 
 def test_a_drawn_thing_is_classed_by_the_words_on_its_frame():

@@ -91,6 +91,24 @@ def false_words_by_source(words: list[set[str]], frames: list[DrawnFrame]) -> di
     return dict(sorted(out.items()))
 
 
+WORD_CLASSES = ("named", "miscoloured", "misshaped", "unnamed")  # best first
+
+
+def word_class(name: str, words) -> str:
+    """How a frame's ``words`` name a drawn thing called ``name`` ('green circle'): its name written, its shape with
+    another colour, its colour with another shape, or none of them. Only the head's words count (a noun such as
+    'green pepper' is not one)."""
+    colour, shape = name.split(" ", 1)
+    if name in words:
+        return "named"
+    pairs = [w.split(" ", 1) for w in words if w in THING_NAMES]
+    if any(s == shape for _, s in pairs):
+        return "miscoloured"
+    if any(c == colour for c, _ in pairs):
+        return "misshaped"
+    return "unnamed"
+
+
 def named_by_source(words: list[set[str]], frames: list[DrawnFrame]) -> dict[str, dict]:
     """Per source, of the things drawn on it: how many, how many named exactly, how many written with another colour
     (their shape right). Why: the test hour's ceiling lost its needles on saturated photographs (baboon, orange,
@@ -99,9 +117,10 @@ def named_by_source(words: list[set[str]], frames: list[DrawnFrame]) -> dict[str
     for w, f in zip(words, frames):
         for t in f.things:
             entry = out.setdefault(f.source, {"things": 0, "named": 0, "miscoloured": 0})
+            c = word_class(t.name, w)
             entry["things"] += 1
-            entry["named"] += t.name in w
-            entry["miscoloured"] += t.name not in w and any(x.split()[1] == t.shape for x in w)
+            entry["named"] += c == "named"
+            entry["miscoloured"] += c == "miscoloured"
     return dict(sorted(out.items()))
 
 

@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--words-threshold", type=float, default=None,
                    help="the head's words are written from this probability (NounConfig.extra_threshold); default the "
                         "threshold the head's run chose by its own rule (false words on val); in training and with --finish "
-                        "(a candidate: v6-head12k at 0.95, records/videokv-tiny/README.md)")
+                        "(a candidate: v6-head12k at 0.95, records/videokv-tiny/README.md). The manifest keeps both: "
+                        "nouns.extra_threshold (used) and things_head.threshold (the head's rule)")
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     return p
 
@@ -283,9 +284,6 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
         (args.out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
         print(json.dumps(manifest["held_out"], indent=1))
         return
-    chosen = {} if nouns.config.extra_threshold == head_report["threshold"] else {
-        "words_threshold": nouns.config.extra_threshold,
-        "words_threshold_why": "set by train_v6 --words-threshold, not by the head's own rule (false words on val)"}
     manifest.update({
         "version": "v6",
         "projector": projector.config(),
@@ -294,7 +292,7 @@ def finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, he
         "things": head.config(),
         "trainable_parameters": sum(p.numel() for p in projector.parameters()) + sum(p.numel() for p in lora.parameters()),
         "things_head": {k: head_report[k] for k in ("command", "seed", "hidden", "steps", "batch", "lr", "frames", "threshold",
-                                                    "max_false", "scores", "wall_s")} | chosen,
+                                                    "max_false", "scores", "wall_s")},
         "data": dict(init["data"]) | {"v6": {
             "recipe": "tinyvlm/hour_examples.py HourExampleSampler over tinyvlm/drawn.py frames (train split), mixed with "
                       "v5's recipe at a smaller scale (train_v6.build_data)",
