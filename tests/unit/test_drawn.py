@@ -80,3 +80,30 @@ def test_a_sampler_draws_only_its_split(split):
     clips, photos = FOOTAGE_SPLITS[split]
     s = DrawnSampler(split, seed=1)
     assert {s.frame().source for _ in range(60)} <= set(clips) | set(photos)
+
+
+def test_colourfulness_against_hand_computed_values():
+    from videokv_node.tinyvlm.drawn import colourfulness
+
+    assert colourfulness(np.full((4, 4, 3), 128, np.uint8)) == 0.0  # grey
+    red = np.zeros((2, 2, 3), np.uint8)
+    red[..., 0] = 200  # R-G = 200, (R+G)/2-B = 100, no spread: 0.3 * hypot(200, 100)
+    assert colourfulness(red) == pytest.approx(0.3 * (200**2 + 100**2) ** 0.5)
+    half = np.zeros((1, 2, 3), np.uint8)
+    half[0, 0] = (100, 0, 0)  # R-G in {100, 0}: std 50, mean 50; (R+G)/2-B in {50, 0}: std 25, mean 25
+    assert colourfulness(half) == pytest.approx((50**2 + 25**2) ** 0.5 + 0.3 * (50**2 + 25**2) ** 0.5)
+
+
+@needs_opencv
+def test_the_colourful_training_photographs_are_trains_colourful_ones_without_the_shape_drawings():
+    from videokv_node.tinyvlm.drawn import COLOURFUL_MIN, COLOURFUL_TRAIN_PHOTOS, SHAPE_DRAWINGS, _source_image
+
+    def opponent_colourfulness(img: np.ndarray) -> float:  # re-implemented here, not the module's helper
+        r, g, b = (img[..., i].astype(float).ravel() for i in range(3))
+        rg, yb = r - g, (r + g) / 2 - b
+        return float(np.sqrt(np.var(rg) + np.var(yb)) + 0.3 * np.sqrt(np.mean(rg) ** 2 + np.mean(yb) ** 2))
+
+    photos = FOOTAGE_SPLITS["train"][1]
+    assert set(SHAPE_DRAWINGS) <= set(photos)
+    want = {p for p in photos if opponent_colourfulness(_source_image(p, 0)) >= COLOURFUL_MIN} - set(SHAPE_DRAWINGS)
+    assert set(COLOURFUL_TRAIN_PHOTOS) == want

@@ -134,6 +134,46 @@ def test_training_records_the_command_it_was_run_with(tmp_path, monkeypatch):
     assert (tmp_path / "things.safetensors").is_file() and report["frames"]["train"] == 4
 
 
+def test_training_takes_colourful_frames_leaves_out_shape_drawings_and_records_both(tmp_path):
+    import json
+
+    from videokv_node.eval.footage import opencv_data_dir
+    from videokv_node.models.efficientnet_lite import efficientnet_available
+    from videokv_node.tinyvlm import train_things_head
+    from videokv_node.tinyvlm.drawn import DrawnSampler
+
+    if opencv_data_dir() is None or not efficientnet_available():
+        pytest.skip("needs opencv-doc's footage (scripts/setup_footage.sh) and the Lite0 wheel")
+    specs = DrawnSampler("train", 0).frames(60)  # the trainer's own draw (seed 0): its shape drawings counted here
+    drawings = sum(f.source in ("pic2.png", "pic5.png") for f in specs)
+    assert drawings > 0
+    train_things_head.main(["--train-frames", "60", "--extra-frames", "0", "--colourful-frames", "3",
+                            "--without-shape-drawings", "--cell-weight", "1.0", "--eval-frames", "2", "--steps", "2",
+                            "--threads", "1", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "things-head.json").read_text())
+    assert report["frames"]["train"] == 60 - drawings + 3
+    assert report["colourful_frames"] == 3 and report["without_shape_drawings"] and report["cell_weight"] == 1.0
+
+
+def test_the_cell_weight_adds_the_cell_loss_to_the_step():
+    """The same step (same seed, batch and start) with ``cell_weight`` 0 and 1 moves the head differently: the cell
+    loss reaches the update (``--cell-weight`` is not silently ignored)."""
+    from videokv_node.tinyvlm.train_things_head import fit
+
+    torch.manual_seed(0)
+    cells = torch.randn(4, 49, ThingHead().in_dim).half()
+    y = torch.zeros(4, len(THING_NAMES))
+    cy, cw = torch.zeros(4, 49, len(THING_NAMES)), torch.ones(4, 49, len(THING_NAMES))
+    out = {}
+    for weight in (0.0, 1.0):
+        head = ThingHead(hidden=8)
+        torch.manual_seed(1)
+        head.load_state_dict({k: torch.randn_like(v) * 0.1 for k, v in head.state_dict().items()})
+        fit(head, cells, y, steps=1, batch=4, lr=1e-2, seed=0, cells_y=(cy, cw), cell_weight=weight, log=lambda m: None)
+        out[weight] = {k: v.clone() for k, v in head.state_dict().items()}
+    assert not torch.equal(out[0.0]["fc1.weight"], out[1.0]["fc1.weight"])
+
+
 def test_false_words_are_counted_per_source_on_frames_with_nothing_drawn():
     """A split's false words broken down by source, counted by hand: frames with a thing drawn never count, a frame
     with two words counts once among frames and once per word."""
@@ -177,3 +217,29 @@ def test_things_named_are_counted_per_source():
     got = score(probs, frames, 0.95)["named_by_source"]
     assert got == {"baboon.jpg": {"things": 2, "named": 1, "miscoloured": 1},
                    "orange.jpg": {"things": 2, "named": 1, "miscoloured": 0}}
+
+
+def test_cell_targets_mark_the_cells_a_thing_covers_and_leave_its_border_unscored():
+    from videokv_node.tinyvlm.drawn import DrawnFrame, DrawnThing
+    from videokv_node.tinyvlm.train_things_head import cell_targets
+
+    def frame(*things):
+        return DrawnFrame("x.jpg", 0, (0.5, 0.5, 1.0), things, 1.0, (1.0, 1.0, 1.0), 0.0, 0.0, 0)
+
+    # grid 7, a 4:3 frame; cell centres at (k + 0.5) / 7. A side of 0.2 at the centre: half 0.1 high, 0.075 wide,
+    # so only cell (3, 3) has its centre inside; its box reaches the 8 cells around it (within half a cell, 0.0714)
+    small = DrawnThing("red", "circle", 0.5, 0.5, 0.2)
+    # a side of 0.6 at x 0.25: rows 1-5 (|centre - 0.5| <= 0.3), columns 0-2 (|centre - 0.25| <= 0.225); column 3
+    # (0.25 from it, under 0.225 + 0.0714) overlapped, column 4 (0.39) not
+    big = DrawnThing("blue", "square", 0.25, 0.5, 0.6)
+    y, w = cell_targets([frame(small), frame(big), frame()], grid=7, aspect=4 / 3)
+    red, blue = THING_NAMES.index("red circle"), THING_NAMES.index("blue square")
+    assert y.shape == w.shape == (3, 49, len(THING_NAMES))
+    assert y[0, :, red].nonzero().flatten().tolist() == [3 * 7 + 3]
+    assert sorted((w[0, :, red] == 0).nonzero().flatten().tolist()) == sorted(
+        r * 7 + c for r in (2, 3, 4) for c in (2, 3, 4) if (r, c) != (3, 3))
+    assert sorted(y[1, :, blue].nonzero().flatten().tolist()) == [r * 7 + c for r in range(1, 6) for c in range(3)]
+    assert sorted((w[1, :, blue] == 0).nonzero().flatten().tolist()) == [r * 7 + 3 for r in range(1, 6)]
+    others = [k for k in range(len(THING_NAMES)) if k not in (red, blue)]
+    assert y[:, :, others].sum() == 0 and bool((w[:, :, others] == 1).all())
+    assert y[2].sum() == 0 and bool((w[2] == 1).all())  # nothing drawn: every cell a negative

@@ -26,7 +26,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from videokv_node.models.things_head import HEAD_FILE, THING_NAMES, ThingHead
-from videokv_node.tinyvlm.drawn import HEAD_EXTRA_PHOTOS, DrawnFrame, DrawnSampler
+from videokv_node.tinyvlm.drawn import (
+    COLOURFUL_TRAIN_PHOTOS, FRAME_SIZE, HEAD_EXTRA_PHOTOS, SHAPE_DRAWINGS, DrawnFrame, DrawnSampler,
+)
 
 SIZE_BINS = ((0.0, 0.28), (0.28, 0.36), (0.36, 0.5), (0.5, 1.0))
 
@@ -39,6 +41,32 @@ def targets(frames: list[DrawnFrame], names: tuple[str, ...] = THING_NAMES) -> t
         for n in f.names:
             y[r, index[n]] = 1.0
     return y
+
+
+def cell_targets(frames: list[DrawnFrame], grid: int, names: tuple[str, ...] = THING_NAMES,
+                 aspect: float = FRAME_SIZE[0] / FRAME_SIZE[1]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, grid * grid, things) targets and weights of the cell loss (``fit``'s ``cell_weight``), cells in row-major
+    order over the encoder's square input (a thing's x, y and side are shares of the frame, so they map straight onto
+    the grid). For each drawn thing: positive on the cell holding its centre and on every cell whose centre lies in
+    its bounding box; weight 0 (not scored) on the other cells its box overlaps; every other (cell, thing) negative.
+    Why: the frame's logit is the largest cell's, so a frame-level loss trains one cell per frame and thing; the cells
+    of a busy backdrop beside a drawn shape are never told they are not one."""
+    y = torch.zeros(len(frames), grid * grid, len(names))
+    w = torch.ones_like(y)
+    index = {n: i for i, n in enumerate(names)}
+    centre = (torch.arange(grid) + 0.5) / grid
+    for i, f in enumerate(frames):
+        for t in f.things:
+            k = index[t.name]
+            half_x, half_y = t.side / 2 / aspect, t.side / 2
+            dx, dy = (centre - t.x).abs(), (centre - t.y).abs()
+            inside = (dy[:, None] <= half_y) & (dx[None, :] <= half_x)
+            inside[min(int(t.y * grid), grid - 1), min(int(t.x * grid), grid - 1)] = True
+            overlap = (dy[:, None] < half_y + 0.5 / grid) & (dx[None, :] < half_x + 0.5 / grid)
+            w[i, :, k] = torch.where((overlap & ~inside).flatten(), 0.0, w[i, :, k])
+            y[i, :, k] = torch.maximum(y[i, :, k], inside.flatten().float())
+            w[i, :, k] = torch.maximum(w[i, :, k], inside.flatten().float())
+    return y, w
 
 
 def written(probs: torch.Tensor, threshold: float, slots: int, names: tuple[str, ...] = THING_NAMES) -> list[set[str]]:
@@ -138,10 +166,12 @@ def val_score(s: dict) -> float:
 
 
 def fit(head: ThingHead, cells: torch.Tensor, y: torch.Tensor, steps: int, batch: int, lr: float, seed: int,
-        weight_decay: float = 1e-4, val=None, log=print) -> tuple[list[list[float]], list[list[float]]]:
+        weight_decay: float = 1e-4, val=None, log=print, cells_y: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cell_weight: float = 0.0) -> tuple[list[list[float]], list[list[float]]]:
     """AdamW with a cosine schedule on (F, cells, dim) float16 cells; returns the loss curve [[step, loss]] and the
     validation curve [[step, val_score]]. ``val`` = (cells, frames): every 100 steps the head is scored there (at
-    threshold 0.9) and the best state is kept (early stopping on the second split)."""
+    threshold 0.9) and the best state is kept (early stopping on the second split). ``cells_y`` = ``cell_targets``'
+    (targets, weights): adds ``cell_weight`` times the weighted cell-level cross-entropy to the frame-level one."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     curve, acc, val_curve, best = [], [], [], (float("-inf"), None)
@@ -150,8 +180,12 @@ def fit(head: ThingHead, cells: torch.Tensor, y: torch.Tensor, steps: int, batch
         for g in opt.param_groups:
             g["lr"] = lr * (0.05 + 0.95 * 0.5 * (1 + torch.cos(torch.tensor(step / steps * 3.14159265)).item()))
         idx = torch.randint(0, len(cells), (batch,), generator=gen)
-        logits = head.logits_from_cells(cells[idx].float())
-        loss = F.binary_cross_entropy_with_logits(logits, y[idx])
+        cell_logits = head.cell_logits(cells[idx].float())
+        loss = F.binary_cross_entropy_with_logits(cell_logits.amax(-2), y[idx])
+        if cells_y is not None and cell_weight > 0:
+            wt = cells_y[1][idx]
+            per = F.binary_cross_entropy_with_logits(cell_logits, cells_y[0][idx], weight=wt, reduction="sum")
+            loss = loss + cell_weight * per / wt.sum().clamp_min(1.0)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -193,6 +227,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dropout", type=float, default=0.3)
     p.add_argument("--extra-frames", type=int, default=800,
                    help="more training frames over HEAD_EXTRA_PHOTOS (tinyvlm/drawn.py), with the same mixture of things")
+    p.add_argument("--colourful-frames", type=int, default=0,
+                   help="more training frames over COLOURFUL_TRAIN_PHOTOS (tinyvlm/drawn.py), the same mixture of things")
+    p.add_argument("--without-shape-drawings", action="store_true",
+                   help="leave out training frames over SHAPE_DRAWINGS (photographs of coloured squares, tinyvlm/drawn.py)")
+    p.add_argument("--cell-weight", type=float, default=0.0,
+                   help="weight of the cell-level loss (cell_targets: where each thing was drawn) beside the frame's")
     p.add_argument("--max-false", type=float, default=0.005, help="false-word rate the threshold must keep on val")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--feature-cache", type=Path, default=None)
@@ -207,8 +247,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
     extra = DrawnSampler("train", args.seed + 9, sources=((), HEAD_EXTRA_PHOTOS)).frames(args.extra_frames)
+    extra += DrawnSampler("train", args.seed + 11, sources=((), COLOURFUL_TRAIN_PHOTOS)).frames(args.colourful_frames)
+    train = DrawnSampler("train", args.seed).frames(args.train_frames)  # the same specs with or without the drawings
+    if args.without_shape_drawings:
+        train = [f for f in train if f.source not in SHAPE_DRAWINGS]
     sets = {
-        "train": DrawnSampler("train", args.seed).frames(args.train_frames) + extra,
+        "train": train + extra,
         "val": DrawnSampler("val", args.seed + 1).frames(args.eval_frames),
         "test": DrawnSampler("test", args.seed + 2).frames(args.eval_frames),
         "test_held_out_sizes": DrawnSampler("test", args.seed + 3, held_out_sizes=True).frames(args.eval_frames),
@@ -222,7 +266,9 @@ def main(argv: list[str] | None = None) -> None:
     cells = {k: torch.cat([torch.stack([feats[f]["cells"] for f in v]), colour_cells(head, v).half()], -1)
              for k, v in sets.items()}
     curve, val_curve = fit(head, cells["train"], targets(sets["train"]), args.steps, args.batch, args.lr, args.seed,
-                           args.weight_decay, (cells["val"], sets["val"]))
+                           args.weight_decay, (cells["val"], sets["val"]),
+                           cells_y=cell_targets(sets["train"], head.grid) if args.cell_weight > 0 else None,
+                           cell_weight=args.cell_weight)
     head.drop.p = 0.0
     probs = {k: probs_of(head, c) for k, c in cells.items()}
     threshold = pick_threshold(probs["val"], sets["val"], args.max_false)
@@ -231,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python -m videokv_node.tinyvlm.train_things_head", *(sys.argv[1:] if argv is None else argv)]),
         "seed": args.seed, "hidden": args.hidden, "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "weight_decay": args.weight_decay, "dropout": args.dropout, "extra_frames": args.extra_frames,
+        "colourful_frames": args.colourful_frames, "cell_weight": args.cell_weight, "without_shape_drawings": args.without_shape_drawings,
         "val_curve": val_curve, "picked_step": max(val_curve, key=lambda x: x[1])[0] if val_curve else args.steps,
         "frames": {k: len(v) for k, v in sets.items()}, "threshold": threshold, "max_false": args.max_false,
         "loss_curve": curve, "encode_s": round(t_enc), "wall_s": round(time.monotonic() - t0),
