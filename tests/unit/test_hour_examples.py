@@ -153,3 +153,33 @@ def test_bad_shares_are_refused():
         HourExampleSampler(1, needles, shots, glimpse_share=0.5)  # no glimpses to show
     with pytest.raises(ValueError, match="touching_share"):
         HourExampleSampler(1, needles, shots, touching_share=1.5)
+
+
+def test_where_examples_answer_the_third_holding_the_things_centre():
+    """The answer re-derived from the frames: the one thing shown (1 to 8 frames in a row, one frame repeated) and the
+    third of the frame its centre lies in, counted by hand for x = 0.1 .. 0.9."""
+    from videokv_node.tinyvlm.hour_examples import WHERE_KIND
+
+    xs = (0.1, 0.3, 0.32, 0.5, 0.66, 0.7, 0.9)
+    by_hand = {0.1: "left", 0.3: "left", 0.32: "left", 0.5: "middle", 0.66: "middle", 0.7: "right", 0.9: "right"}
+    needles = {n: [DrawnFrame("needle", k * 100 + j, (0.5, 0.5, 1.0), (DrawnThing(*n.split(), x, 0.5, 0.3),),
+                              1.0, (1.0, 1.0, 1.0), 0.0, 0.0, j) for j, x in enumerate(xs)] for k, n in enumerate(NAMES)}
+    shots = [[_frame(f"shot{s}", s * 10 + j) for j in range(6)] for s in range(20)]
+    sampler = HourExampleSampler(3, needles, shots, (8, 20), letter_share=0.5, where_share=0.5)
+    wheres, others, places = 0, 0, set()
+    for _ in range(300):
+        ex = sampler.example()
+        if ex.kind != WHERE_KIND:
+            others += 1
+            continue
+        wheres += 1
+        runs = showings(ex.scenes)
+        assert len(runs) == 1 and 1 <= runs[0][2] - runs[0][1] + 1 <= 8
+        shown = ex.scenes[runs[0][1]]
+        assert all(f == shown for f in ex.scenes[runs[0][1] : runs[0][2] + 1])
+        assert shown.things[0].name in ex.question and len(ex.scenes) >= 8
+        assert right(ex) == by_hand[shown.things[0].x]
+        places.add(right(ex))
+    assert 100 < wheres < 200 and others > 100 and places == {"left", "middle", "right"}
+    with pytest.raises(ValueError, match="where_share"):
+        HourExampleSampler(1, needles, shots, where_share=-0.1)

@@ -18,6 +18,13 @@ defined; the other background frames before and after them), and ``glimpse_share
 asked about and never an answer. Simplified against the hour: a glimpse repeats one crop, where the hour's shows
 views of its photograph a little apart.
 
+A third option, ``where_share`` (issue 43: the README's bag asks "Where is the yellow triangle?" and v6.3 answered
+"middle" for both such questions; on 60 single val frames it said "middle" 44 times, 36 of them wrong or right by
+default): that share of the examples asks where a thing was in the view (``WHERE``: left, middle, right, the third
+of the frame holding its centre, as the bag's signs and v5's columns are placed) over a shot with one frame of the
+thing shown 1 to 8 times in a row (a sign a camera passes stays where it is; simplified: the same frame repeated,
+where a moving camera's frames differ around it).
+
 Wordings: ``WORDINGS``, none of them the hour's (``eval/hour_questions.py`` asks in words training never uses,
 tests/unit/test_hour_examples.py checks). Answers are the option texts the node's likelihood scoring compares
 ("red", "triangle", "the red circle" is asked as "red circle", "twice"); a ``letter_share`` of them is asked as
@@ -33,6 +40,8 @@ from videokv_node.tinyvlm.scenes import COLOURS, SHAPES, Example
 from videokv_node.tinyvlm.variety import with_letter_options
 
 KINDS = ("hour colour", "hour shape", "hour order", "hour after", "hour count")
+WHERE_KIND = "hour where"  # not in KINDS: drawn by ``where_share``, not by the kinds' weights
+WHERE = ("left", "middle", "right")  # as eval/robot_bag.PLACES and v5's columns
 COUNT_WORDS = ("once", "twice", "three times", "four times")  # as eval/hour_questions.COUNT_WORDS
 WORDINGS = {
     "hour colour": ("What colour was the {shape}?", "Which colour was the {shape} you saw?",
@@ -45,6 +54,8 @@ WORDINGS = {
                    "Which of the {x} and the {y} did you see earlier?", "What showed up first: the {x} or the {y}?"),
     "hour after": ("What came right after the {x}?", "Which thing did you see next after the {x}?",
                    "After the {x}, what did you see next?", "What was the next thing you saw after the {x}?"),
+    WHERE_KIND: ("Where was the {x}?", "Which side of the view was the {x} on?", "In which part of the picture was the {x}?",
+                 "Where in the view did you see the {x}?"),
     "hour count": ("How often did you see the {x}?", "How many times was the {x} in view?",
                    "Count the times you saw the {x}.", "How many separate times did you spot the {x}?"),
 }
@@ -58,7 +69,7 @@ class HourExampleSampler:
     def __init__(self, seed: int, needles: dict[str, list[DrawnFrame]], shots: list[list[DrawnFrame]],
                  frames: tuple[int, int] = (8, 48), letter_share: float = 0.3,
                  kind_weights: dict[str, float] | None = None, touching_share: float = 0.0,
-                 glimpses: list | None = None, glimpse_share: float = 0.0):
+                 glimpses: list | None = None, glimpse_share: float = 0.0, where_share: float = 0.0):
         """``kind_weights``: a kind's weight in the draw of each example's kind (the kinds a context allows; missing
         kinds weigh 1); None: every allowed kind alike (issue 43 run3 weighs colour and shape up: the kinds the
         decoder read worst)."""
@@ -76,6 +87,9 @@ class HourExampleSampler:
             raise ValueError(f"touching_share and glimpse_share are shares in [0, 1], glimpse_share needs glimpses: "
                              f"{touching_share}, {glimpse_share}, {len(glimpses or ())} glimpses")
         self.touching_share, self.glimpses, self.glimpse_share = touching_share, list(glimpses or ()), glimpse_share
+        if not 0 <= where_share <= 1:
+            raise ValueError(f"where_share is a share in [0, 1]: {where_share}")
+        self.where_share = where_share
 
     def _background(self, n: int) -> list[DrawnFrame]:
         out: list[DrawnFrame] = []
@@ -128,9 +142,30 @@ class HourExampleSampler:
         frames += background[b:]
         return frames, showings
 
-    def example(self) -> Example:
-        frames, showings = self.context()
+    def where_example(self) -> Example:
+        """"Where was the <thing>?" over a shot: one frame of a thing (one thing drawn) shown 1 to 8 times in a row at a
+        random place among background frames, the answer the third of the frame holding the thing's centre."""
         rng = self.rng
+        name = NAMES[int(rng.integers(len(NAMES)))]
+        pool = self.needles[name]
+        needle = pool[int(rng.integers(len(pool)))]
+        length = int(rng.integers(1, 9))
+        n = max(int(rng.integers(self.frames[0], self.frames[1] + 1)), length + 1)
+        background = self._background(n - length)
+        at = int(rng.integers(len(background) + 1))
+        frames = background[:at] + [needle] * length + background[at:]
+        words = WORDINGS[WHERE_KIND]
+        q = words[int(rng.integers(len(words)))].format(x=name)
+        ex = Example(tuple(frames), q, WHERE[min(2, int(needle.things[0].x * 3))], WHERE_KIND)
+        if rng.random() < self.letter_share:
+            ex = with_letter_options(ex, WHERE, rng, n=len(WHERE))
+        return ex
+
+    def example(self) -> Example:
+        rng = self.rng
+        if self.where_share > 0 and rng.random() < self.where_share:
+            return self.where_example()
+        frames, showings = self.context()
         seen = list(dict.fromkeys(name for name, _, _ in showings))
         kinds = ["hour colour", "hour shape", "hour count"] + (["hour order", "hour after"] if len(seen) > 1 else [])
         if self.kind_weights is None:

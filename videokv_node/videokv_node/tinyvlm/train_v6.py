@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
                         "'' all alike")
     p.add_argument("--touching-share", type=float, default=0.0, help="HourExampleSampler's touching_share (run8 on)")
     p.add_argument("--glimpse-share", type=float, default=0.0, help="HourExampleSampler's glimpse_share (run8 on)")
+    p.add_argument("--where-share", type=float, default=0.0, help="HourExampleSampler's where_share: 'where was the "
+                   "<thing>?' (left, middle, right) over a shot")
     p.add_argument("--min-frames", type=int, default=8)
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--v5-share", type=float, default=0.35, help="share of the mixture from v5's recipe")
@@ -150,7 +152,7 @@ def build_data(args, encoder, projector, head, nouns, log=print):
     shots = [fs[i : i + 6] for fs in background.values() for i in range(0, len(fs), 6)]
     hour = HourExampleSampler(args.seed, dict(needles), shots, (args.min_frames, args.max_frames), args.letter_share,
                               parse_weights(args.hour_kind_weights), args.touching_share, things.photo_crops(),
-                              args.glimpse_share).examples(args.hour_examples)
+                              args.glimpse_share, args.where_share).examples(args.hour_examples)
     asked = things.questions(1500, {s: blocks[s].tolist() for s in things.scenes()}, scenes, 0.5, 4)
     rest = v5 + asked
     pick = v5_pick([ex.kind for ex in rest], round(args.v5_share / (1 - args.v5_share) * len(hour)),
