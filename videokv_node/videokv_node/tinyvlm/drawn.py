@@ -40,14 +40,17 @@ SPLITS = FOOTAGE_SPLITS  # (clips, photographs) by split: eval/footage.py, the o
 # motorcycle, a cup) the head must not name; color.png left out (flat coloured patches, which the head should name).
 HEAD_EXTRA_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png")
 # Train's photographs OF drawn coloured shapes (pic2: a red, a green and a blue square; pic5: a blue square among
-# coloured rectangles): what the head is to name. As backdrops with "nothing drawn" they teach it not to name a square
-# it should name, so ``train_things_head --without-shape-drawings`` leaves them out (v6.3's head and v6-head12k trained
-# on them: about 430 of 12,800 frames).
+# coloured rectangles): what the head is to name, trained as backdrops with "nothing drawn" (v6.3's head and
+# v6-head12k: about 430 of 12,800 frames). ``train_things_head --without-shape-drawings`` leaves them out; measured on
+# val (2026-11-29) it costs more than it mends (false "green square" on a circuit board 0 -> 7 of 29 frames: pic2's
+# noise-textured squares teach what a drawn, flat one is not), so the defaults keep them
+# (docs/notes/2026-11-29-issue43-head-backdrops.md).
 SHAPE_DRAWINGS = ("pic2.png", "pic5.png")
 # Train's colourful photographs: Hasler-Suesstrunk colourfulness (``colourfulness``) at least 35 over the whole
 # photograph, SHAPE_DRAWINGS left out. Why: val's and test's photographs score 54-98 (all but stuff.jpg, 14) where 14 of
 # train's 28 are grey (0), and the head names fewest things on the most colourful (val's HappyFish.jpg, 94: 58% at
-# 0.95): ``train_things_head --colourful-frames`` adds frames over these. tests/unit/test_drawn.py recomputes the list.
+# 0.95): ``train_things_head --colourful-frames`` adds frames over these (measured on val, 2026-11-29: no gain, off by
+# default). tests/unit/test_drawn.py recomputes the list.
 COLOURFUL_TRAIN_PHOTOS = ("aloeR.jpg", "ela_original.jpg", "graf1.png", "rubberwhale1.png", "smarties.png",
                           "starry_night.jpg")
 COLOURFUL_MIN = 35.0
