@@ -32,6 +32,7 @@ from videokv_node.eval.hour_stream import make_hour_stream
 from videokv_node.models.things_head import THING_NAMES
 from videokv_node.tinyvlm.train_things_head import WORD_CLASSES, word_class
 
+
 def drawn_at(stream) -> dict[int, list[str]]:
     """frame -> the names of the drawn things it shows."""
     shows: dict[int, list[str]] = {}

@@ -116,7 +116,7 @@ def load_parts(args):
     head.load_state_dict(load_file(args.head / HEAD_FILE), strict=True)
     head.eval().requires_grad_(False)
     config = dataclasses.replace(NounConfig(**{k: v for k, v in init["nouns"].items()}),
-                                 extra_threshold=args.words_threshold or report["threshold"])
+                                 extra_threshold=report["threshold"] if args.words_threshold is None else args.words_threshold)
     nouns = NounBlock(read_noun_table(args.init_from / config.file), tokenizer, llm.get_input_embeddings(), config,
                       extra=head.names)
     return llm, tokenizer, load_efficientnet_lite0(), projector, lora, head, nouns, init, report
