@@ -42,6 +42,7 @@ from videokv_node.tinyvlm.hour_examples import HourExampleSampler
 from videokv_node.tinyvlm.mixture import parse_weights, v5_pick
 from videokv_node.tinyvlm.train import lr_at
 from videokv_node.tinyvlm.trainer import ProjectorTrainer
+from videokv_node.tinyvlm.word_noise import WordNoise, WordNoiser
 
 STATE_FILE = "state.pt"  # optimiser and step, beside the checkpoint's projector and LoRA
 
@@ -74,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--glimpse-share", type=float, default=0.0, help="HourExampleSampler's glimpse_share (run8 on)")
     p.add_argument("--where-share", type=float, default=0.0, help="HourExampleSampler's where_share: 'where was the "
                    "<thing>?' (left, middle, right) over a shot")
+    p.add_argument("--word-noise", default="", help="'drop=P,swap=P,false=P': the head's words in training as a held-out "
+                   "frame gets them, sometimes missing, miscoloured or false (tinyvlm.word_noise); default none")
     p.add_argument("--min-frames", type=int, default=8)
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--v5-share", type=float, default=0.35, help="share of the mixture from v5's recipe")
@@ -123,8 +126,8 @@ def load_parts(args):
 
 
 def build_data(args, encoder, projector, head, nouns, log=print):
-    """(examples, features, blocks): the shuffled mixture and, per frame key, the projector's pooled input and the
-    block's noun indices as the adapter would write them."""
+    """(examples, features, blocks, bare): the shuffled mixture and, per frame key, the projector's pooled input,
+    the block's noun indices as the adapter would write them and as the classifier alone would (``--word-noise``)."""
     from videokv_node.tinyvlm.dataset import build_examples
     from videokv_node.tinyvlm.drawn_features import colour_cells, encode_drawn
     from videokv_node.tinyvlm.things import ThingSampler
@@ -140,8 +143,10 @@ def build_data(args, encoder, projector, head, nouns, log=print):
         probs = torch.cat([head.logits_from_cells(torch.cat([torch.stack([feats[k]["cells"] for k in keys[i : i + 512]]).float(),
                                                              colour[i : i + 512].float()], -1)).sigmoid()
                            for i in range(0, len(keys), 512)])
-        index, _ = nouns.top(torch.stack([feats[k]["logits"] for k in keys]), probs)
-    blocks = dict(zip(keys, index))
+        logits = torch.stack([feats[k]["logits"] for k in keys])
+        index, _ = nouns.top(logits, probs)
+        bare, _ = nouns.top(logits, torch.zeros_like(probs))  # the head's words all missed
+    blocks, bare = dict(zip(keys, index)), dict(zip(keys, bare))
     features = {k: feats[k]["pooled"] for k in keys}
     needles, background = defaultdict(list), defaultdict(list)
     for f in drawn:
@@ -159,7 +164,7 @@ def build_data(args, encoder, projector, head, nouns, log=print):
                    parse_weights(args.v5_kind_weights, "--v5-kind-weights"), args.seed + 6)
     mixture = hour + [rest[i] for i in pick]
     order = torch.randperm(len(mixture), generator=torch.Generator().manual_seed(args.seed + 43))
-    return [mixture[i] for i in order], features, blocks
+    return [mixture[i] for i in order], features, blocks, bare
 
 
 def batches(groups: list[list[int]], batch: int, seed: int, steps: int):
@@ -194,13 +199,15 @@ def main(argv: list[str] | None = None) -> None:
     llm, tokenizer, encoder, projector, lora, head, nouns, init, head_report = load_parts(args)
     if args.finish:
         return finish(args, llm, tokenizer, encoder, projector, lora, head, nouns, init, head_report)
-    examples, features, blocks = build_data(args, encoder, projector, head, nouns)
+    noise = WordNoise.parse(args.word_noise)  # refused before the minutes of building data
+    examples, features, blocks, bare = build_data(args, encoder, projector, head, nouns)
     kinds = defaultdict(int)
     for ex in examples:
         kinds[ex.kind] += 1
     print(f"{len(examples)} examples, {len(features)} frames ({time.monotonic() - t0:.0f} s): {dict(kinds)}", flush=True)
     trainer = ProjectorTrainer(llm, tokenizer, projector, features, lora=lora, max_gap=args.max_gap,
-                               gap_share=args.gap_share, seed=args.seed, nouns=nouns, blocks=blocks)
+                               gap_share=args.gap_share, seed=args.seed, nouns=nouns, blocks=blocks,
+                               word_noise=WordNoiser(noise, nouns.nouns, nouns.extra) if noise else None, bare_blocks=bare)
     groups = [{"params": list(projector.parameters()), "peak": args.lr}, {"params": list(lora.parameters()), "peak": args.lora_lr}]
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0)
     step, curve = 0, []

@@ -27,7 +27,8 @@ class ProjectorTrainer:
     def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0,
                  lora: DecoderLoRA | None = None, max_gap: int = 0, gap_share: float = 0.5, seed: int = 0,
                  window_share: float = 0.0, max_lead: int = 0, nouns: NounBlock | None = None,
-                 blocks: dict[Scene, torch.Tensor] | None = None):
+                 blocks: dict[Scene, torch.Tensor] | None = None, word_noise=None,
+                 bare_blocks: dict[Scene, torch.Tensor] | None = None):
         """``align_weight``: weight of stage 1's alignment loss (``cell_targets``) on the batch's frames,
         added to the answer loss. Our choice: without it the answer loss alone pulled the tokens away
         from the words stage 1 put them on (in the first model, held-out colour tokens ended nearest
@@ -65,6 +66,12 @@ class ProjectorTrainer:
         # v5: each frame's noun block follows its visual tokens, as VideoKVTinyAdapter.vision_forward lays it:
         # the classifier's nouns (``blocks``: scene -> (slots,) noun indices), or the example's own (Example.nouns)
         self.nouns, self.blocks = nouns, blocks
+        # ``word_noise`` (tinyvlm.word_noise.WordNoiser): each showing of a frame's block (``blocks``) may lose its
+        # head words (to ``bare_blocks``, the classifier's alone), change their colour or gain a false one. It draws
+        # from ``self._gen`` only when given, so runs without it keep their draws (and resume from checkpoints)
+        self.word_noise, self.bare_blocks = word_noise, bare_blocks
+        if word_noise is not None and (blocks is None or bare_blocks is None):
+            raise ValueError("word noise needs the blocks with and without the head's words")
         self.max_gap, self.gap_share = max_gap, gap_share
         self.window_share, self.max_lead = window_share, max_lead
         self._leads = list(features)  # lead-in frames are drawn from every scene with features
@@ -124,6 +131,12 @@ class ProjectorTrainer:
         leads = [self._leads[int(i)] for i in torch.randint(0, len(self._leads), (n_lead,), generator=self._gen)]
         return leads, int(torch.randint(0, n_lead + n_frames, (), generator=self._gen))
 
+    def _block(self, scene: Scene) -> torch.Tensor:
+        """The noun indices this showing of ``scene`` gets: the classifier's and head's, or with word noise."""
+        if self.word_noise is None:
+            return self.blocks[scene]
+        return self.word_noise(self.blocks[scene], self.bare_blocks[scene], self._gen)
+
     def loss(self, batch: list[Example]) -> torch.Tensor:
         """Mean cross-entropy over every answer token (and the closing <|im_end|>) of the batch."""
         layouts = [self._layout(len(ex.scenes)) for ex in batch]
@@ -137,8 +150,8 @@ class ProjectorTrainer:
             frames = leads + list(ex.scenes)
             visual = tokens[[row[s] for s in frames]]  # (F, rows * cols, hidden), lead-ins first
             if self.nouns is not None:
-                index = torch.stack([self.blocks[s] for s in leads] + [
-                    torch.tensor(ex.nouns[j]) if ex.nouns is not None else self.blocks[s] for j, s in enumerate(ex.scenes)])
+                index = torch.stack([self._block(s) for s in leads] + [
+                    torch.tensor(ex.nouns[j]) if ex.nouns is not None else self._block(s) for j, s in enumerate(ex.scenes)])
                 visual = torch.cat([visual, self.nouns.embed_slots(index)], 1)  # (F, T, hidden)
             visual = visual.flatten(0, 1)  # (F*T, hidden)
             q = self.question_ids(ex.question, ex.options)
