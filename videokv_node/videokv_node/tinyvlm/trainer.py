@@ -15,6 +15,7 @@ from videokv_node.models.nouns import NounBlock
 from videokv_node.models.videokv_tiny import Projector
 from videokv_node.tinyvlm.align import cell_targets
 from videokv_node.tinyvlm.scenes import Example, Scene
+from videokv_node.tinyvlm.word_noise import WordNoiser
 
 
 class ProjectorTrainer:
@@ -27,7 +28,7 @@ class ProjectorTrainer:
     def __init__(self, llm, tokenizer, projector: Projector, features: dict[Scene, torch.Tensor], align_weight: float = 0.0,
                  lora: DecoderLoRA | None = None, max_gap: int = 0, gap_share: float = 0.5, seed: int = 0,
                  window_share: float = 0.0, max_lead: int = 0, nouns: NounBlock | None = None,
-                 blocks: dict[Scene, torch.Tensor] | None = None, word_noise=None,
+                 blocks: dict[Scene, torch.Tensor] | None = None, word_noise: WordNoiser | None = None,
                  bare_blocks: dict[Scene, torch.Tensor] | None = None):
         """``align_weight``: weight of stage 1's alignment loss (``cell_targets``) on the batch's frames,
         added to the answer loss. Our choice: without it the answer loss alone pulled the tokens away
