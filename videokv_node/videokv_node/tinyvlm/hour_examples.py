@@ -20,10 +20,10 @@ views of its photograph a little apart.
 
 A third option, ``where_share`` (issue 43: the README's bag asks "Where is the yellow triangle?" and v6.3 answered
 "middle" for both such questions; on 60 single val frames it said "middle" 44 times, 36 of them rightly: a large
-thing's centre often lies in the middle third): that share of the examples asks where a thing was in the view (``WHERE``: left, middle, right, the third
-of the frame holding its centre, as the bag's signs and v5's columns are placed) over a shot with one frame of the
-thing shown 1 to 8 times in a row (a sign a camera passes stays where it is; simplified: the same frame repeated,
-where a moving camera's frames differ around it). Measured (v6-run13, 0.2 at half of run10's rates; v6-run14, 0.4 at
+thing's centre often lies in the middle third): that share of the examples asks where a thing was in the view
+(``WHERE``: left, middle, right, the third of the frame holding its centre, as the bag's signs and v5's columns are
+placed) over a shot with one frame of the thing shown 1 to 8 times in a row (a sign a camera passes stays where it is;
+simplified: the same frame repeated, where a moving camera's frames differ around it). Measured (v6-run13, 0.2 at half of run10's rates; v6-run14, 0.4 at
 run10's): neither moved val's answers off "middle" (docs/notes/2026-11-29-issue43-head-backdrops.md); off by default.
 
 Wordings: ``WORDINGS``, none of them the hour's (``eval/hour_questions.py`` asks in words training never uses,

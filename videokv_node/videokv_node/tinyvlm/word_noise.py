@@ -67,8 +67,7 @@ class WordNoiser:
         if not extra or tuple(nouns[len(nouns) - len(extra):]) != tuple(extra):
             raise ValueError("the noun list must end with the head's words")
         self.noise = noise
-        self.first = len(nouns) - len(extra)  # indices >= first are the head's words
-        self.extra = torch.arange(self.first, len(nouns))
+        self.first, self.n_extra = len(nouns) - len(extra), len(extra)  # indices >= first are the head's words
         shape = [w.split(" ", 1)[1] for w in extra]
         # each head word's other colours of the same shape
         self.partners = {self.first + i: [self.first + j for j in range(len(extra)) if j != i and shape[j] == shape[i]]
@@ -90,6 +89,6 @@ class WordNoiser:
                 return out
             return index
         if u < self.noise.false:
-            word = self.extra[int(torch.randint(len(self.extra), (), generator=gen))]
-            return torch.cat([word.view(1), index[:-1]])
+            word = self.first + int(torch.randint(self.n_extra, (), generator=gen))
+            return torch.cat([torch.tensor([word], dtype=index.dtype), index[:-1]])
         return index
